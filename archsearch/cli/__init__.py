@@ -1,0 +1,135 @@
+"""The `archsearch` command line.
+
+    archsearch <command> [<subcommand>] [key=value ...] [--help]
+
+Every command composes its configuration with Hydra from `conf/<command>.yaml`; `key=value`
+arguments are Hydra overrides. A command's module is imported only when it runs, so the light
+commands (`space`) never import torch or ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+from archsearch.errors import UserError
+
+
+@dataclass(frozen=True)
+class Command:
+    summary: str
+    config: str  # conf/<config>.yaml
+    handler: str  # "module:function", called with (subcommand, cfg)
+    subcommands: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+
+
+COMMANDS: dict[str, Command] = {
+    "space": Command(
+        "show a search space, or sample candidate architectures from it",
+        "space",
+        "archsearch.cli.space_cmd:run",
+        ("show", "sample"),
+        (
+            "archsearch space show search_space=plm_edge",
+            "archsearch space sample search_space=hybrid_linear_moe n=50 seed=0",
+            "archsearch space sample space_file=./my_space.yaml format=json",
+        ),
+    ),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: archsearch <command> [<subcommand>] [key=value ...] [--help]",
+        "",
+        "archsearch: declarative, measured architecture search for efficient language models.",
+        "",
+        "commands:",
+    ]
+    for name, cmd in COMMANDS.items():
+        subs = f" {{{'|'.join(cmd.subcommands)}}}" if cmd.subcommands else ""
+        lines.append(f"  {(name + subs).ljust(width + 20)} {cmd.summary}")
+    lines += ["", "Run `archsearch <command> --help` for a command's keys and their defaults."]
+    return "\n".join(lines)
+
+
+def _command_help(name: str, cmd: Command) -> str:
+    from archsearch.resources import conf_dir
+
+    subs = f" {{{'|'.join(cmd.subcommands)}}}" if cmd.subcommands else ""
+    text = (conf_dir() / f"{cmd.config}.yaml").read_text()
+    keys = [
+        ln
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith(("defaults", "  - ", "#"))
+    ]
+    lines = [
+        f"usage: archsearch {name}{subs} [key=value ...]",
+        "",
+        cmd.summary,
+        "",
+        f"keys (defaults from conf/{cmd.config}.yaml; override with key=value):",
+    ]
+    lines += [f"  {ln}" for ln in keys]
+    if cmd.examples:
+        lines += ["", "examples:"] + [f"  {ex}" for ex in cmd.examples]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except UserError as err:
+        print(f"archsearch: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("archsearch: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `archsearch ... format=json | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from archsearch import __version__
+
+        print(f"archsearch {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        raise UserError(f"unknown command {name!r} (known: {', '.join(COMMANDS)})")
+    cmd = COMMANDS[name]
+    if any(a in ("-h", "--help") for a in rest):
+        print(_command_help(name, cmd))
+        return 0
+    sub = None
+    if cmd.subcommands:
+        if not rest or "=" in rest[0]:
+            raise UserError(f"'{name}' needs a subcommand: {' or '.join(cmd.subcommands)}")
+        sub, rest = rest[0], rest[1:]
+        if sub not in cmd.subcommands:
+            raise UserError(
+                f"unknown subcommand {name} {sub!r} (known: {', '.join(cmd.subcommands)})"
+            )
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        raise UserError(f"unknown option {flags[0]!r}; settings are given as key=value")
+    from archsearch.cli.config import compose, to_schema
+
+    cfg = to_schema(cmd.config, compose(cmd.config, rest))
+    module, func = cmd.handler.split(":")
+    return int(getattr(importlib.import_module(module), func)(sub, cfg) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Compose a command's configuration with Hydra.
+
+Each command has a primary config `conf/<name>.yaml` (the documented defaults) whose defaults list
+starts with a typed schema (a dataclass registered in Hydra's ConfigStore), so Hydra checks
+every `key=value` override for unknown keys and wrong types. We use Hydra's compose API rather
+than `@hydra.main`: a command must not change the working directory or write Hydra's output
+folders, and every Hydra error must become a one-line `UserError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from archsearch.errors import UserError
+
+
+def _register_schemas() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    from archsearch.cli import schemas
+
+    cs = ConfigStore.instance()
+    for name, node in schemas.SCHEMAS.items():
+        cs.store(name=f"{name}_schema", node=node)
+
+
+def _list_keys(schema: type) -> set[str]:
+    """Top-level keys typed as lists: `key=a,b,c` on the command line means a list there."""
+    out = set()
+    for name, tp in typing.get_type_hints(schema).items():
+        inner = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+        if any(typing.get_origin(a) in (list, typing.List) for a in inner):  # noqa: UP006
+            out.add(name)
+    return out
+
+
+def _rewrite_lists(overrides: list[str], list_keys: set[str]) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    out = []
+    for text in overrides:
+        try:
+            ov = parser.parse_override(text)
+        except HydraException as err:
+            raise UserError(_one_line(err), key=text) from None
+        value = ov.value()
+        if ov.key_or_group in list_keys and isinstance(value, ChoiceSweep) and value.simple_form:
+            text = f"{ov.key_or_group}=[{','.join(map(str, value.list))}]"
+        elif ov.key_or_group in list_keys and isinstance(value, (str, int, float)):
+            text = f"{ov.key_or_group}=[{value}]"
+        out.append(text)
+    return out
+
+
+def compose(name: str, overrides: list[str]) -> Any:
+    """Compose `conf/<name>.yaml` with `key=value` overrides; returns a DictConfig."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from archsearch.cli import schemas
+    from archsearch.resources import conf_dir
+
+    for text in overrides:
+        if "=" not in text:
+            raise UserError(f"expected key=value, got {text!r} (see --help)")
+    _register_schemas()
+    overrides = _rewrite_lists(overrides, _list_keys(schemas.SCHEMAS[name]))
+    try:
+        with initialize_config_dir(
+            config_dir=str(conf_dir()), version_base="1.3", job_name=f"archsearch_{name}"
+        ):
+            return hydra_compose(config_name=name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise UserError(_one_line(err)) from None
+
+
+def _one_line(err: Exception) -> str:
+    """Hydra's messages span lines and mention internals; keep what a user needs."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    keep = []
+    for ln in lines:
+        if ln.startswith(("object_type", "Stack trace", "Set the environment", "See https")):
+            continue
+        if ln.startswith("full_key:"):
+            keep.insert(0, f"key '{ln.split(':', 1)[1].strip()}':")
+            continue
+        keep.append(ln)
+    msg = " ".join(keep)
+    msg = msg.replace("Could not override", "cannot set").replace(
+        "To append to your config use +", "unknown key; to add one use +"
+    )
+    return msg
+
+
+def to_schema(name: str, cfg: Any) -> Any:
+    """The composed config as the command's schema dataclass instance."""
+    from omegaconf import OmegaConf
+
+    from archsearch.cli import schemas
+
+    obj = OmegaConf.to_object(cfg)
+    assert dataclasses.is_dataclass(obj) and isinstance(obj, schemas.SCHEMAS[name])
+    return obj

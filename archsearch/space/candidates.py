@@ -1,0 +1,277 @@
+"""Candidates: concrete architectures drawn from a search space.
+
+An assignment gives a value to every active parameter. Applying it to the base architecture,
+resolving the derived values and validating the result gives either an `ArchConfig` or a
+rejection with a named reason (`heads_not_dividing_d_model`, `top_k_above_n_experts`, ...).
+Rejections are counted, never silently dropped.
+
+The same traversal serves four uses: exact enumeration of a finite space, its size, seeded
+random sampling, and Optuna's define-by-run `trial.suggest_*` (the sweep calls `suggest`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from archsearch.arch import ArchConfig, InvalidArch
+from archsearch.errors import UserError
+from archsearch.space.spec import Param, SearchSpace, _apply
+
+# ---- derived values ---------------------------------------------------------------------------
+
+
+class DerivedError(ValueError):
+    """A derived value that cannot be computed for this candidate (e.g. inexact division)."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+def _div(a: Any, b: Any) -> int:
+    if b == 0:
+        raise DerivedError("derived_division_by_zero", f"{a} / 0")
+    if isinstance(a, int) and isinstance(b, int):
+        if a % b:
+            raise DerivedError("derived_not_whole", f"{a} is not divisible by {b}")
+        return a // b
+    return a / b
+
+
+def _round_to(x: Any, multiple: Any) -> int:
+    """Nearest multiple of `multiple` (at least one multiple)."""
+    return max(int(multiple), int(multiple) * round(x / multiple))
+
+
+RESOLVERS = {
+    "div": _div,
+    "floordiv": lambda a, b: a // b,
+    "mul": lambda a, b: a * b,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "min": lambda *xs: min(xs),
+    "max": lambda *xs: max(xs),
+    "int": lambda x: int(x),
+    "round_to": _round_to,
+}
+
+
+def register_resolvers() -> None:
+    """Register the arithmetic resolvers with OmegaConf (idempotent)."""
+    from omegaconf import OmegaConf
+
+    for name, fn in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
+    """Fill the derived values of `tree` (an architecture dict plus `vars`) by OmegaConf
+    interpolation. Raises `DerivedError` for a candidate-specific failure and `UserError`
+    (naming `derived.KEY`) for a broken expression."""
+    if not derived:
+        return tree
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_resolvers()
+    for key, expr in derived.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        node[leaf] = expr
+    conf = OmegaConf.create(tree)
+    out = {}
+    for key in derived:
+        try:
+            out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, DerivedError):
+                if strict:
+                    raise DerivedError(cause.reason, f"derived.{key}: {cause}") from None
+                continue
+            msg = " ".join(str(err).split("\n")[0].split())
+            raise UserError(
+                f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
+            ) from None
+        except DerivedError as err:
+            if strict:
+                raise DerivedError(err.reason, f"derived.{key}: {err}") from None
+    resolved = OmegaConf.to_container(conf, resolve=False)
+    for key, value in out.items():
+        node = resolved
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return resolved
+
+
+# ---- candidates -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An assignment and what it builds: an architecture, or a rejection reason."""
+
+    assignment: dict[str, Any]
+    arch: ArchConfig | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.arch is not None
+
+
+def build(space: SearchSpace, assignment: dict[str, Any]) -> Candidate:
+    """Apply an assignment to the base architecture and validate it."""
+    tree = _apply(space.base, assignment)
+    try:
+        tree = resolve_derived(tree, space.derived)
+    except DerivedError as err:
+        return Candidate(dict(assignment), reason=err.reason, message=str(err))
+    tree.pop("vars", None)
+    tree["name"] = ""
+    try:
+        arch = ArchConfig.from_dict(tree)
+    except InvalidArch as err:
+        return Candidate(dict(assignment), reason=err.reason, message=str(err))
+    except UserError as err:  # a derived value of the wrong type
+        return Candidate(dict(assignment), reason="invalid_value", message=str(err))
+    return Candidate(dict(assignment), arch=arch.with_name(arch.arch_hash))
+
+
+def is_active(space: SearchSpace, param: Param, current: dict[str, Any]) -> bool:
+    names = {p.name for p in space.params}
+    for key, allowed in param.when:
+        if key in names:
+            if key not in current or current[key] not in allowed:
+                return False
+        elif space.base_value(key) not in allowed:
+            return False
+    return True
+
+
+def assignments(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """Every assignment of a finite space, in a fixed order."""
+    params = space.params
+
+    def walk(i: int, current: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(params):
+            yield dict(current)
+            return
+        p = params[i]
+        if not is_active(space, p, current):
+            yield from walk(i + 1, current)
+            return
+        if not p.domain.finite:
+            raise UserError(
+                f"{p.name} is continuous ({p.domain.describe()}); the space cannot "
+                "be enumerated, sample it instead",
+                source=space.source,
+                key=f"params.{p.name}",
+            )
+        for v in p.domain.values():
+            current[p.name] = v
+            yield from walk(i + 1, current)
+        current.pop(p.name, None)
+
+    yield from walk(0, {})
+
+
+def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
+    for a in assignments(space):
+        yield build(space, a)
+
+
+def count(space: SearchSpace) -> int | float:
+    """The number of assignments (math.inf when an active parameter is continuous).
+
+    Only parameters that control others are expanded; the rest multiply, so spaces with
+    millions of assignments are counted instantly."""
+    params = space.params
+    controllers = space.controllers
+
+    def walk(i: int, current: dict[str, Any]) -> int | float:
+        if i == len(params):
+            return 1
+        p = params[i]
+        if not is_active(space, p, current):
+            return walk(i + 1, current)
+        if p.name not in controllers:
+            return p.domain.size * walk(i + 1, current)
+        total = 0
+        for v in p.domain.values():
+            current[p.name] = v
+            total += walk(i + 1, current)
+        current.pop(p.name, None)
+        return total
+
+    n = walk(0, {})
+    return n if math.isinf(n) else int(n)
+
+
+def sample_assignment(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
+    current: dict[str, Any] = {}
+    for p in space.params:
+        if is_active(space, p, current):
+            current[p.name] = p.domain.sample(rng)
+    return current
+
+
+def suggest(space: SearchSpace, trial: Any) -> dict[str, Any]:
+    """Define-by-run: ask an Optuna trial for every active parameter, in dependency order."""
+    current: dict[str, Any] = {}
+    for p in space.params:
+        if is_active(space, p, current):
+            current[p.name] = p.domain.suggest(trial, p.name)
+    return current
+
+
+@dataclass
+class SampleResult:
+    candidates: list[Candidate]
+    rejections: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+    duplicates: int = 0
+    draws: int = 0
+    exhausted: bool = False
+
+
+def sample(
+    space: SearchSpace, n: int, seed: int = 0, *, max_draws: int | None = None
+) -> SampleResult:
+    """Draw until `n` distinct valid candidates (by canonical hash) or `max_draws` draws.
+
+    Seeded: the same space, n and seed give the same candidates."""
+    rng = random.Random(seed)
+    result = SampleResult([])
+    seen: set[str] = set()
+    limit = max_draws if max_draws is not None else max(100, 50 * n)
+    size = count(space)
+    while len(result.candidates) < n and result.draws < limit:
+        result.draws += 1
+        cand = build(space, sample_assignment(space, rng))
+        if not cand.ok:
+            result.rejections[cand.reason] += 1
+            result.examples.setdefault(cand.reason, cand.message or "")
+            continue
+        if cand.arch.arch_hash in seen:
+            result.duplicates += 1
+            if not math.isinf(size) and result.duplicates > 20 * size:
+                break
+            continue
+        seen.add(cand.arch.arch_hash)
+        result.candidates.append(cand)
+    result.exhausted = len(result.candidates) < n
+    return result

@@ -1,0 +1,361 @@
+"""The metrics a space can constrain or optimise, and their parsing.
+
+A metric is a name plus arguments, for example `decode_ms` on device `rpi5` at context 2048 in q4.
+Cost metrics (params, bytes, FLOPs, predicted latency) are known before training and are
+evaluated by `archsearch.cost`; training metrics (validation loss, probe accuracy) come from the
+sandbox trial. Constraints bound a metric (`max:` / `min:`); objectives minimise or maximise one.
+
+```yaml
+constraints:
+  - {metric: params, max: 20M}
+  - {metric: cache_bytes, max: 64MiB, context: 4096, bits: 8}
+  - {metric: decode_ms, max: 40, device: rpi5, context: 2048, precision: q4}
+objectives:
+  - {metric: val_loss, direction: minimize}
+  - {metric: decode_ms, direction: minimize, device: rpi5}
+```
+
+A metric that takes a device and names none uses the run's device (`device=` on the command).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from archsearch.errors import UserError
+
+PRECISIONS = ("fp32", "bf16", "fp16", "q8", "q4")
+CACHE_BITS = (32, 16, 8, 4)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    phase: str  # "cost" (known before training) or "train" (from the sandbox trial)
+    unit: str  # count, bytes, flops, ms, nats, fraction
+    args: dict[str, Any]  # allowed arguments and their defaults (None: the run's device)
+    help: str
+    direction: str = "minimize"  # the natural direction, used when an objective names none
+
+
+METRICS: dict[str, MetricDef] = {
+    "params": MetricDef("cost", "count", {}, "total parameters"),
+    "non_embedding_params": MetricDef("cost", "count", {}, "parameters outside the embeddings"),
+    "active_params": MetricDef("cost", "count", {}, "parameters used per token (MoE: top-k)"),
+    "cache_bytes": MetricDef(
+        "cost",
+        "bytes",
+        {"context": 2048, "bits": 16, "batch": 1},
+        "KV cache or recurrent state at a context length and bit width",
+    ),
+    "weight_bytes": MetricDef(
+        "cost", "bytes", {"precision": "fp16"}, "weights at a precision (q8/q4 with group scales)"
+    ),
+    "memory_bytes": MetricDef(
+        "cost",
+        "bytes",
+        {"context": 2048, "precision": "fp16", "batch": 1},
+        "peak inference memory: weights + cache + activations",
+    ),
+    "prefill_flops": MetricDef(
+        "cost", "flops", {"tokens": 512, "batch": 1}, "FLOPs of a prefill of `tokens` tokens"
+    ),
+    "train_flops_per_token": MetricDef(
+        "cost", "flops", {"context": 512}, "forward + backward FLOPs per training token"
+    ),
+    "ttft_ms": MetricDef(
+        "cost",
+        "ms",
+        {"device": None, "prompt": 512, "precision": "fp16"},
+        "predicted time to first token for a prompt",
+    ),
+    "decode_ms": MetricDef(
+        "cost",
+        "ms",
+        {"device": None, "context": 2048, "precision": "fp16"},
+        "predicted decode time per token at a context length",
+    ),
+    "e2e_ms": MetricDef(
+        "cost",
+        "ms",
+        {"device": None, "prompt": 512, "generate": 128, "precision": "fp16"},
+        "predicted prompt + generation time (seed PLM Table 12 setting)",
+    ),
+    "val_loss": MetricDef("train", "nats", {}, "sandbox validation loss (LM objective)"),
+    "val_ppl": MetricDef("train", "ppl", {}, "sandbox validation perplexity"),
+    "probe_acc": MetricDef(
+        "train",
+        "fraction",
+        {"task": "recall"},
+        "accuracy on a synthetic probe task",
+        direction="maximize",
+    ),
+}
+
+PROBE_TASKS = (
+    "recall",
+    "noisy_recall",
+    "fuzzy_recall",
+    "selective_copy",
+    "compression",
+    "memorization",
+)
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_COUNT_SUFFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_BYTE_SUFFIX = {
+    "": 1,
+    "B": 1,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+
+def parse_quantity(raw: Any, unit: str, *, source: str | None, key: str) -> float:
+    """Numbers, optionally with a suffix: 20M / 1.8B (counts), 64MiB / 1.5GB (bytes)."""
+    if isinstance(raw, bool):
+        raise UserError(f"expected a number, got {raw!r}", source=source, key=key)
+    if isinstance(raw, (int, float)):
+        value = float(raw)
+    elif isinstance(raw, str) and (m := _SIZE.match(raw)):
+        number, suffix = float(m.group(1)), m.group(2)
+        table = _BYTE_SUFFIX if unit == "bytes" else _COUNT_SUFFIX
+        if suffix not in table:
+            raise UserError(
+                f"unknown suffix {suffix!r} in {raw!r} (known for {unit}: "
+                f"{', '.join(s for s in table if s)})",
+                source=source,
+                key=key,
+            )
+        value = number * table[suffix]
+    else:
+        raise UserError(
+            f"expected a number (optionally with a suffix such as 20M or 64MiB), got {raw!r}",
+            source=source,
+            key=key,
+        )
+    if value < 0:
+        raise UserError(f"must not be negative, got {raw!r}", source=source, key=key)
+    return value
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric name with its arguments filled in (device may be None: the run's device)."""
+
+    metric: str
+    args: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def definition(self) -> MetricDef:
+        return METRICS[self.metric]
+
+    @property
+    def phase(self) -> str:
+        return self.definition.phase
+
+    def arg(self, name: str) -> Any:
+        return dict(self.args)[name]
+
+    def with_device(self, device: str) -> MetricSpec:
+        """Fill an unset device with the run's device."""
+        if "device" not in dict(self.args) or self.arg("device") is not None:
+            return self
+        return MetricSpec(
+            self.metric, tuple((k, device if k == "device" else v) for k, v in self.args)
+        )
+
+    @property
+    def label(self) -> str:
+        """A compact, stable name: `decode_ms[rpi5,context=2048,precision=q4]`."""
+        if not self.args:
+            return self.metric
+        parts = []
+        for k, v in self.args:
+            parts.append(str(v) if k in ("device", "task") else f"{k}={v}")
+        return f"{self.metric}[{','.join(parts)}]"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    spec: MetricSpec
+    max: float | None = None
+    min: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.label
+
+    def violation(self, value: float) -> float:
+        """<= 0 when satisfied (Optuna's convention), else how far outside the bound."""
+        excess = []
+        if self.max is not None:
+            excess.append(value - self.max)
+        if self.min is not None:
+            excess.append(self.min - value)
+        return max(excess)
+
+    def describe(self) -> str:
+        bounds = []
+        if self.min is not None:
+            bounds.append(f">= {self.min:g}")
+        if self.max is not None:
+            bounds.append(f"<= {self.max:g}")
+        return f"{self.spec.label} {' and '.join(bounds)}"
+
+
+@dataclass(frozen=True)
+class Objective:
+    spec: MetricSpec
+    direction: str = "minimize"
+
+    @property
+    def name(self) -> str:
+        return self.spec.label
+
+
+@dataclass
+class _Reader:
+    source: str | None
+    known_devices: tuple[str, ...] = field(default_factory=tuple)
+
+    def metric(self, entry: Any, key: str, extra: tuple[str, ...]) -> tuple[MetricSpec, dict]:
+        if not isinstance(entry, dict):
+            raise UserError(
+                "expected a mapping such as {metric: params, max: 20M}", source=self.source, key=key
+            )
+        if "metric" not in entry:
+            raise UserError("missing 'metric'", source=self.source, key=key)
+        name = entry["metric"]
+        if name not in METRICS:
+            raise UserError(
+                f"unknown metric {name!r} (known: {', '.join(METRICS)})",
+                source=self.source,
+                key=f"{key}.metric",
+            )
+        mdef = METRICS[name]
+        rest = {k: v for k, v in entry.items() if k != "metric" and k not in extra}
+        unknown = sorted(set(rest) - set(mdef.args))
+        if unknown:
+            allowed = ", ".join([*mdef.args, *extra]) or "none"
+            raise UserError(
+                f"unknown argument {unknown[0]!r} for metric {name!r} (allowed: {allowed})",
+                source=self.source,
+                key=f"{key}.{unknown[0]}",
+            )
+        args = []
+        for arg, default in mdef.args.items():
+            value = rest.get(arg, default)
+            args.append((arg, self.check_arg(name, arg, value, f"{key}.{arg}")))
+        return MetricSpec(name, tuple(args)), {k: entry[k] for k in extra if k in entry}
+
+    def check_arg(self, metric: str, arg: str, value: Any, key: str) -> Any:
+        if arg == "device":
+            if value is None:
+                return None
+            if not isinstance(value, str) or (
+                self.known_devices and value not in self.known_devices
+            ):
+                raise UserError(
+                    f"unknown device {value!r} (known: {', '.join(self.known_devices)})",
+                    source=self.source,
+                    key=key,
+                )
+            return value
+        if arg == "precision":
+            if value not in PRECISIONS:
+                raise UserError(
+                    f"unknown precision {value!r} (known: {', '.join(PRECISIONS)})",
+                    source=self.source,
+                    key=key,
+                )
+            return value
+        if arg == "bits":
+            if value not in CACHE_BITS:
+                raise UserError(
+                    f"bits must be one of {CACHE_BITS}, got {value!r}", source=self.source, key=key
+                )
+            return value
+        if arg == "task":
+            if value not in PROBE_TASKS:
+                raise UserError(
+                    f"unknown probe task {value!r} (known: {', '.join(PROBE_TASKS)})",
+                    source=self.source,
+                    key=key,
+                )
+            return value
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise UserError(
+                f"{arg} must be a positive integer, got {value!r}", source=self.source, key=key
+            )
+        return value
+
+
+def parse_constraints(
+    raw: Any, *, source: str | None, devices: tuple[str, ...]
+) -> list[Constraint]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise UserError(
+            "expected a list of {metric: ..., max: ...} entries", source=source, key="constraints"
+        )
+    reader = _Reader(source, devices)
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"constraints[{i}]"
+        spec, bounds = reader.metric(entry, key, ("max", "min"))
+        if not bounds:
+            raise UserError(
+                f"constraint on {spec.metric!r} needs 'max' or 'min'", source=source, key=key
+            )
+        unit = spec.definition.unit
+        lo = (
+            parse_quantity(bounds["min"], unit, source=source, key=f"{key}.min")
+            if "min" in bounds
+            else None
+        )
+        hi = (
+            parse_quantity(bounds["max"], unit, source=source, key=f"{key}.max")
+            if "max" in bounds
+            else None
+        )
+        if lo is not None and hi is not None and lo > hi:
+            raise UserError(f"min {lo:g} is above max {hi:g}", source=source, key=key)
+        out.append(Constraint(spec, max=hi, min=lo))
+    return out
+
+
+def parse_objectives(raw: Any, *, source: str | None, devices: tuple[str, ...]) -> list[Objective]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw:
+        raise UserError(
+            "expected a non-empty list of {metric: ..., direction: ...} entries",
+            source=source,
+            key="objectives",
+        )
+    reader = _Reader(source, devices)
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"objectives[{i}]"
+        spec, extra = reader.metric(entry, key, ("direction",))
+        direction = extra.get("direction", spec.definition.direction)
+        if direction not in ("minimize", "maximize"):
+            raise UserError(
+                f"direction must be minimize or maximize, got {direction!r}",
+                source=source,
+                key=f"{key}.direction",
+            )
+        out.append(Objective(spec, direction))
+    labels = [o.spec for o in out]
+    if len(set(labels)) != len(labels):
+        raise UserError("the same objective is listed twice", source=source, key="objectives")
+    return out

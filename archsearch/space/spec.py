@@ -1,0 +1,402 @@
+"""A search space file: a base architecture, the parameters that vary, and what to optimise.
+
+```yaml
+name: plm_edge
+base: plm_1_8b                    # a preset name, a path, or an inline ArchConfig mapping
+params:                           # Hydra sweep grammar (choice / range / interval / tag)
+  n_layers: choice(28, 32, 36, 40)
+  attention.kind: choice(mla, gqa)
+  attention.kv_rank:              # a conditional parameter: only drawn when MLA is chosen
+    values: choice(256, 512)
+    when: {attention.kind: mla}
+  vars.ffn_mult: choice(3, 4)     # a free variable, used only by derived values
+derived:                          # OmegaConf interpolations, resolved per candidate
+  ffn.d_ffn: ${mul:${d_model},${vars.ffn_mult}}
+constraints: [...]                # see archsearch.space.metrics
+objectives: [...]
+train: {...}                      # sandbox-training settings for sweeps of this space
+```
+
+Parameter names are key paths into `ArchConfig` (or `vars.NAME`). Each parameter is either a
+sweep value or a mapping `{values: <sweep>, when: {key: value-or-list, ...}}`; a conditional
+parameter is active when every listed key has one of the listed values. Parameters are drawn in
+dependency order, so an Optuna define-by-run trial asks only for the active ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archsearch import yamlio
+from archsearch.arch import CHOICES, ArchConfig, load_arch
+from archsearch.errors import UserError
+from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, parse_domain
+from archsearch.space.metrics import Constraint, Objective, parse_constraints, parse_objectives
+
+TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "params",
+    "derived",
+    "constraints",
+    "objectives",
+    "train",
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One varying parameter: a key path, its domain, and the condition for it to be active."""
+
+    name: str
+    domain: Domain
+    when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def is_var(self) -> bool:
+        return self.name.startswith("vars.")
+
+
+@dataclass
+class SearchSpace:
+    name: str
+    source: str
+    base: dict[str, Any]
+    base_name: str
+    params: list[Param]
+    derived: dict[str, str] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
+    objectives: list[Objective] = field(default_factory=list)
+    train: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    @property
+    def controllers(self) -> set[str]:
+        return {k for p in self.params for k, _ in p.when}
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    def base_value(self, key: str) -> Any:
+        node: Any = self.base
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return _default_of(key)
+            node = node[part]
+        return node
+
+
+# ---- ArchConfig key paths ---------------------------------------------------------------------
+
+
+def _field_types() -> dict[str, Any]:
+    """Every settable leaf path of an ArchConfig and its Python type."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ArchConfig):
+        tp = _strip_optional(typing.get_type_hints(ArchConfig)[f.name])
+        if dataclasses.is_dataclass(tp):
+            hints = typing.get_type_hints(tp)
+            for sub in dataclasses.fields(tp):
+                out[f"{f.name}.{sub.name}"] = _strip_optional(hints[sub.name])
+        elif f.name != "name":
+            out[f.name] = tp
+    return out
+
+
+def _strip_optional(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return args[0] if args and typing.get_origin(tp) is not None else tp
+
+
+FIELD_TYPES = _field_types()
+
+
+def _default_of(key: str) -> Any:
+    section, _, leaf = key.partition(".")
+    if not leaf:
+        f = {f.name: f for f in dataclasses.fields(ArchConfig)}.get(section)
+        return None if f is None or f.default is dataclasses.MISSING else f.default
+    tp = _strip_optional(typing.get_type_hints(ArchConfig).get(section))
+    if not dataclasses.is_dataclass(tp):
+        return None
+    return getattr(tp(), leaf, None)
+
+
+def _check_key(key: str, *, source: str, where: str) -> None:
+    if key.startswith("vars."):
+        if not key[5:].isidentifier():
+            raise UserError(f"'{key}' is not a valid variable name", source=source, key=where)
+        return
+    if key not in FIELD_TYPES:
+        raise UserError(
+            f"unknown architecture key {key!r} (e.g. n_layers, d_model, "
+            "attention.n_heads, linear.family, ffn.d_ffn, moe.n_experts, "
+            "layers.pattern, or vars.NAME)",
+            source=source,
+            key=where,
+        )
+
+
+def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
+    """A parameter value must fit the ArchConfig field's type and registered names."""
+    if key.startswith("vars.") or value is None:
+        return
+    tp = FIELD_TYPES[key]
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }[tp]
+    if not ok:
+        raise UserError(
+            f"value {value!r} is not {tp.__name__} as {key} requires", source=source, key=where
+        )
+    if key in CHOICES and value not in CHOICES[key]:
+        raise UserError(
+            f"unknown value {value!r} for {key} (known: {', '.join(CHOICES[key])})",
+            source=source,
+            key=where,
+        )
+
+
+# ---- loading ----------------------------------------------------------------------------------
+
+
+def load_space(name_or_path: str, *, key: str = "search_space") -> SearchSpace:
+    """Load a shipped space by name (`search_spaces/NAME.yaml`) or a space file by path."""
+    from archsearch.resources import resolve, spaces_dir
+
+    path = resolve(name_or_path, spaces_dir(), "search space", key)
+    return parse_space_file(path)
+
+
+def parse_space_file(path: Path) -> SearchSpace:
+    return parse_space(yamlio.load(path), source=str(path), default_name=path.stem)
+
+
+def parse_space(raw: Any, *, source: str, default_name: str = "space") -> SearchSpace:
+    from archsearch.resources import conf_dir, shipped_names
+
+    if not isinstance(raw, dict):
+        raise UserError("a search space must be a YAML mapping", source=source, key="(top level)")
+    unknown = sorted(set(map(str, raw)) - set(TOP_KEYS))
+    if unknown:
+        raise UserError(
+            f"unknown key (known: {', '.join(TOP_KEYS)})", source=source, key=unknown[0]
+        )
+    name = raw.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise UserError("must be a non-empty string", source=source, key="name")
+
+    base, base_name = _read_base(raw.get("base"), source)
+
+    params_raw = raw.get("params") or {}
+    if not isinstance(params_raw, dict):
+        raise UserError("expected a mapping of key path -> sweep", source=source, key="params")
+    params = [_read_param(str(k), v, source) for k, v in params_raw.items()]
+    names = {p.name for p in params}
+
+    derived_raw = raw.get("derived") or {}
+    if not isinstance(derived_raw, dict):
+        raise UserError(
+            "expected a mapping of key path -> interpolation", source=source, key="derived"
+        )
+    derived = {}
+    for k, v in derived_raw.items():
+        k = str(k)
+        _check_key(k, source=source, where=f"derived.{k}")
+        if k in names:
+            raise UserError(
+                "is both a parameter and a derived value", source=source, key=f"derived.{k}"
+            )
+        if not isinstance(v, str) or "${" not in v:
+            raise UserError(
+                f"expected an interpolation such as ${{div:${{d_model}},64}}, got {v!r}",
+                source=source,
+                key=f"derived.{k}",
+            )
+        derived[k] = v
+
+    devices = tuple(shipped_names(conf_dir() / "device"))
+    constraints = parse_constraints(raw.get("constraints"), source=source, devices=devices)
+    objectives = parse_objectives(raw.get("objectives"), source=source, devices=devices)
+    train = raw.get("train") or {}
+    if not isinstance(train, dict):
+        raise UserError("expected a mapping of training settings", source=source, key="train")
+    description = raw.get("description", "")
+
+    space = SearchSpace(
+        name=name,
+        source=source,
+        base=base,
+        base_name=base_name,
+        params=_order(params, source),
+        derived=derived,
+        constraints=constraints,
+        objectives=objectives,
+        train=train,
+        description=str(description or ""),
+    )
+    _check_conditions(space)
+    _dry_run_derived(space)
+    return space
+
+
+def _read_base(raw: Any, source: str) -> tuple[dict[str, Any], str]:
+    if raw is None:
+        raise UserError(
+            "missing: name an architecture preset (e.g. base: tiny_gqa) or give an "
+            "inline ArchConfig mapping",
+            source=source,
+            key="base",
+        )
+    if isinstance(raw, str):
+        try:
+            arch = load_arch(raw, key="base")
+        except UserError as err:
+            raise UserError(
+                err.detail,
+                source=source,
+                key=f"base ({err.source or raw})" if err.key not in (None, "base") else "base",
+            ) from None
+        return arch.to_dict(), arch.name
+    if isinstance(raw, dict):
+        arch = ArchConfig.from_dict(raw, source=f"{source}: base")
+        return arch.to_dict(), arch.name or "inline"
+    raise UserError(
+        f"expected a preset name or a mapping, got {type(raw).__name__}", source=source, key="base"
+    )
+
+
+def _read_param(name: str, raw: Any, source: str) -> Param:
+    where = f"params.{name}"
+    _check_key(name, source=source, where=where)
+    when: tuple = ()
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"values", "when"})
+        if unknown:
+            raise UserError(
+                f"unknown key {unknown[0]!r} (a conditional parameter has 'values' and 'when')",
+                source=source,
+                key=where,
+            )
+        if "values" not in raw:
+            raise UserError("missing 'values'", source=source, key=where)
+        when = _read_when(raw.get("when"), source, f"{where}.when")
+        raw = raw["values"]
+        where = f"{where}.values"
+    domain = parse_domain(raw, source=source, key=where)
+    if isinstance(domain, (Fixed, Choice, Range)):
+        for v in domain.values():
+            _check_value(name, v, source=source, where=where)
+    elif isinstance(domain, Interval) and not name.startswith("vars."):
+        tp = FIELD_TYPES[name]
+        if tp not in (int, float) or (tp is int and not domain.integer):
+            need = "tag(int, interval(...))" if tp is int else "choice(...)"
+            raise UserError(f"{name} is {tp.__name__}; use {need}", source=source, key=where)
+    return Param(name, domain, when)
+
+
+def _read_when(raw: Any, source: str, where: str) -> tuple:
+    if not isinstance(raw, dict) or not raw:
+        raise UserError("expected a mapping {key: value or [values]}", source=source, key=where)
+    out = []
+    for k, v in raw.items():
+        k = str(k)
+        _check_key(k, source=source, where=f"{where}.{k}")
+        values = tuple(v) if isinstance(v, list) else (v,)
+        if not values:
+            raise UserError("empty list of values", source=source, key=f"{where}.{k}")
+        for value in values:
+            _check_value(k, value, source=source, where=f"{where}.{k}")
+        out.append((k, values))
+    return tuple(sorted(out))
+
+
+def _order(params: list[Param], source: str) -> list[Param]:
+    """Controllers before the parameters they control (stable otherwise); reject cycles."""
+    by_name = {p.name: p for p in params}
+    ordered: list[Param] = []
+    state: dict[str, str] = {}
+
+    def visit(p: Param, chain: list[str]) -> None:
+        if state.get(p.name) == "done":
+            return
+        if state.get(p.name) == "active":
+            cycle = " -> ".join([*chain[chain.index(p.name) :], p.name])
+            raise UserError(
+                f"conditions form a cycle: {cycle}", source=source, key=f"params.{p.name}.when"
+            )
+        state[p.name] = "active"
+        for k, _ in p.when:
+            if k in by_name:
+                visit(by_name[k], [*chain, p.name])
+        state[p.name] = "done"
+        ordered.append(p)
+
+    for p in params:
+        visit(p, [])
+    return ordered
+
+
+def _check_conditions(space: SearchSpace) -> None:
+    names = {p.name: p for p in space.params}
+    for p in space.params:
+        for k, allowed in p.when:
+            if k == p.name:
+                raise UserError(
+                    "a parameter cannot depend on itself",
+                    source=space.source,
+                    key=f"params.{p.name}.when",
+                )
+            ctrl = names.get(k)
+            possible = ctrl.domain.values() if ctrl and ctrl.domain.finite else None
+            if ctrl is None:
+                possible = [space.base_value(k)]
+            if possible is not None and not any(v in allowed for v in possible):
+                raise UserError(
+                    f"can never be active: {k} is never one of {list(allowed)}",
+                    source=space.source,
+                    key=f"params.{p.name}.when",
+                )
+
+
+def _dry_run_derived(space: SearchSpace) -> None:
+    """Resolve the derived values once with the first value of every domain, so that a typo in
+    an interpolation is a load-time error rather than a rejection of every candidate."""
+    if not space.derived:
+        return
+    from archsearch.space.candidates import resolve_derived
+
+    assignment = {}
+    for p in space.params:
+        d = p.domain
+        assignment[p.name] = (
+            d.values()[0] if d.finite else (d.low if isinstance(d, Interval) else None)
+        )
+    tree = _apply(space.base, assignment)
+    try:
+        resolve_derived(tree, space.derived, strict=False)
+    except UserError as err:
+        raise UserError(err.detail, source=space.source, key=err.key) from None
+
+
+def _apply(base: dict, assignment: dict[str, Any]) -> dict:
+    tree = copy.deepcopy(base)
+    tree["vars"] = {}
+    for key, value in assignment.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return tree

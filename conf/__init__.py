@@ -1,0 +1,1 @@
+"""The Hydra config tree of archsearch (installed as `archsearch.conf`)."""

@@ -1,0 +1,1 @@
+"""Ready-made search spaces (installed as `archsearch.search_spaces`)."""
