@@ -141,10 +141,10 @@ class LinearConfig:
     key_dim: int | None = None
     value_dim: int | None = None
     expand: float | None = None
-    feature_map: str = "identity"
-    normalize: bool = False
-    gate_rank: int = 16
-    conv_size: int = 4
+    feature_map: str | None = "identity"
+    normalize: bool | None = False
+    gate_rank: int | None = 16
+    conv_size: int | None = 4
     output_gate: bool = True
 
 
@@ -370,10 +370,11 @@ class ArchConfig:
             m = self.moe
             moe = replace(m, d_expert=m.d_expert or ffn.d_ffn)
             ffn = replace(ffn, d_ffn=None)
+        others = [c for c in pattern if c != "N"]
         layers = LayersConfig(
-            mixer=MIXER_OF_LETTER[pattern[0]] if len(letters) == 1 else "hybrid",
+            mixer=MIXER_OF_LETTER[others[0]] if others else "attention",
             attention_share=pattern.count("N") / len(pattern),
-            placement="explicit",
+            placement=self.layers.placement,
             pattern=pattern,
         )
         return replace(
@@ -594,10 +595,10 @@ def _resolve_linear(lin: LinearConfig, d_model: int) -> LinearConfig:
         key_dim=key_dim,
         value_dim=value_dim,
         expand=float(expand),
-        feature_map=lin.feature_map if uses["feature_map"] else None,
-        normalize=lin.normalize if uses["normalize"] else None,
-        gate_rank=lin.gate_rank if uses["gate_rank"] else None,
-        conv_size=lin.conv_size if uses["conv_size"] else None,
+        feature_map=(lin.feature_map or "identity") if uses["feature_map"] else None,
+        normalize=bool(lin.normalize) if uses["normalize"] else None,
+        gate_rank=(lin.gate_rank or 16) if uses["gate_rank"] else None,
+        conv_size=(4 if lin.conv_size is None else lin.conv_size) if uses["conv_size"] else None,
     )
 
 
@@ -606,9 +607,9 @@ def _check_linear(lin: LinearConfig, d_model: int, bad) -> None:
         v = getattr(lin, key)
         if v is not None and v <= 0:
             raise bad("non_positive", f"linear.{key}", f"must be positive, got {v}")
-    if lin.gate_rank <= 0:
+    if lin.gate_rank is not None and lin.gate_rank <= 0:
         raise bad("non_positive", "linear.gate_rank", f"must be positive, got {lin.gate_rank}")
-    if lin.conv_size < 0 or lin.conv_size == 1:
+    if lin.conv_size is not None and (lin.conv_size < 0 or lin.conv_size == 1):
         raise bad(
             "bad_conv_size",
             "linear.conv_size",

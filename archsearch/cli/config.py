@@ -70,6 +70,11 @@ def compose(name: str, overrides: list[str]) -> Any:
     for text in overrides:
         if "=" not in text:
             raise UserError(f"expected key=value, got {text!r} (see --help)")
+        if text.startswith(("+", "~")):
+            raise UserError(
+                f"{text!r}: keys cannot be added or removed; set a known key "
+                "with key=value (see --help)"
+            )
     _register_schemas()
     overrides = _rewrite_lists(overrides, _list_keys(schemas.SCHEMAS[name]))
     try:
@@ -81,22 +86,16 @@ def compose(name: str, overrides: list[str]) -> Any:
         raise UserError(_one_line(err)) from None
 
 
-def _one_line(err: Exception) -> str:
-    """Hydra's messages span lines and mention internals; keep what a user needs."""
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    keep = []
-    for ln in lines:
-        if ln.startswith(("object_type", "Stack trace", "Set the environment", "See https")):
-            continue
-        if ln.startswith("full_key:"):
-            keep.insert(0, f"key '{ln.split(':', 1)[1].strip()}':")
-            continue
-        keep.append(ln)
-    msg = " ".join(keep)
-    msg = msg.replace("Could not override", "cannot set").replace(
-        "To append to your config use +", "unknown key; to add one use +"
-    )
-    return msg
+def _one_line(err: BaseException) -> str:
+    """Hydra's messages span lines and mention internals; keep what a user needs:
+    `key 'n': Value 'abc' of type 'str' could not be converted to Integer`."""
+    cause = err.__cause__ if err.__cause__ is not None else err
+    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), None)
+    text = " ".join(ln for ln in lines if not ln.startswith(("full_key:", "object_type")))
+    if text.startswith("Key '") and " not in " in text:
+        return f"unknown key {key or text.split(chr(39))[1]!r} for this command (see --help)"
+    return f"key {key!r}: {text}" if key else text
 
 
 def to_schema(name: str, cfg: Any) -> Any:

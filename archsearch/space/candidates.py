@@ -94,7 +94,7 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
         try:
             out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
         except OmegaConfBaseException as err:
-            cause = err.__cause__ or err.__context__
+            cause = _root_cause(err)
             if isinstance(cause, DerivedError):
                 if strict:
                     raise DerivedError(cause.reason, f"derived.{key}: {cause}") from None
@@ -114,6 +114,14 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
             node = node[part]
         node[leaf] = value
     return resolved
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = set()
+    while id(err) not in seen and (err.__cause__ or err.__context__) is not None:
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return err
 
 
 # ---- candidates -------------------------------------------------------------------------------

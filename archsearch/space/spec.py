@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch import yamlio
-from archsearch.arch import CHOICES, ArchConfig, load_arch
+from archsearch.arch import CHOICES, MIXER_OF_LETTER, ArchConfig, load_arch
 from archsearch.errors import UserError
 from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, parse_domain
 from archsearch.space.metrics import Constraint, Objective, parse_constraints, parse_objectives
@@ -158,6 +158,15 @@ def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
         raise UserError(
             f"value {value!r} is not {tp.__name__} as {key} requires", source=source, key=where
         )
+    if key == "layers.pattern":
+        wrong = sorted(set(value.upper()) - set(MIXER_OF_LETTER))
+        if not value.strip() or wrong:
+            raise UserError(
+                f"unparseable layer pattern {value!r}: use the letters N (softmax attention), "
+                "L (linear mixer) and M (MCSD), e.g. LLLN",
+                source=source,
+                key=where,
+            )
     if key in CHOICES and value not in CHOICES[key]:
         raise UserError(
             f"unknown value {value!r} for {key} (known: {', '.join(CHOICES[key])})",

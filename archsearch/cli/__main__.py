@@ -1,0 +1,5 @@
+import sys
+
+from archsearch.cli import main
+
+sys.exit(main())

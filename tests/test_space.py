@@ -1,0 +1,296 @@
+"""The search-space language: grammar, conditions, derived values, counting, sampling, Optuna."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import optuna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from archsearch.errors import UserError
+from archsearch.space import (
+    Choice,
+    Fixed,
+    Interval,
+    assignments,
+    build,
+    count,
+    load_space,
+    parse_domain,
+    parse_space,
+    sample,
+    suggest,
+)
+
+
+def domain(text):
+    return parse_domain(text, source="t.yaml", key="params.x")
+
+
+def space(params, derived=None, base="tiny_gqa", **extra):
+    raw = {"base": base, "params": params, **extra}
+    if derived:
+        raw["derived"] = derived
+    return parse_space(raw, source="t.yaml")
+
+
+# ---- grammar ------------------------------------------------------------------------------------
+
+
+def test_choice_range_interval_and_tags_follow_hydra_semantics():
+    assert domain("choice(1, 2, 3)") == Choice((1, 2, 3))
+    assert domain("choice(gla, retnet)").values() == ["gla", "retnet"]
+    assert domain("1, 2, 3") == Choice((1, 2, 3))  # Hydra's simple choice form
+    assert domain("range(1, 10, step=3)").values() == [1, 4, 7]
+    assert domain("range(4)").values() == [0, 1, 2, 3]
+    assert domain("range(0.5, 2.0, 0.5)").values() == [0.5, 1.0, 1.5]
+    iv = domain("interval(0.1, 1.0)")
+    assert iv == Interval(0.1, 1.0) and not iv.finite and math.isinf(iv.size)
+    log = domain("tag(log, interval(1e-4, 1e-2))")
+    assert log.log and not log.integer and log.low == pytest.approx(1e-4)
+    integer = domain("tag(int, interval(2, 5))")
+    assert integer.finite and integer.values() == [2, 3, 4, 5]
+    both = domain("tag(log, int, interval(1, 64))")
+    assert both.log and both.integer and both.size == 64
+    assert domain(7) == Fixed(7) and domain("LLLN") == Fixed("LLLN") and domain(True) == Fixed(True)
+
+
+def test_domains_map_to_optuna_distributions():
+    sp = space(
+        {
+            "n_layers": "choice(2, 4)",
+            "d_model": "range(64, 257, step=64)",
+            "norm_eps": "tag(log, interval(1e-6, 1e-4))",
+            "attention.rope_theta": "interval(1000, 100000)",
+            "ffn.d_ffn": "tag(int, interval(128, 512))",
+        }
+    )
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    trial = study.ask()
+    values = suggest(sp, trial)
+    d = trial.distributions
+    assert isinstance(d["n_layers"], optuna.distributions.CategoricalDistribution)
+    assert d["d_model"] == optuna.distributions.IntDistribution(64, 256, step=64)
+    assert d["norm_eps"] == optuna.distributions.FloatDistribution(1e-6, 1e-4, log=True)
+    assert d["attention.rope_theta"] == optuna.distributions.FloatDistribution(1000, 100000)
+    assert d["ffn.d_ffn"] == optuna.distributions.IntDistribution(128, 512)
+    assert values == trial.params
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    start=st.integers(-50, 50),
+    length=st.integers(1, 40),
+    step=st.integers(1, 7),
+)
+def test_int_range_matches_python_range(start, length, step):
+    stop = start + length
+    d = domain(f"range({start}, {stop}, step={step})")
+    assert d.values() == list(range(start, stop, step))
+    assert d.size == len(range(start, stop, step))
+
+
+@settings(max_examples=50, deadline=None)
+@given(low=st.floats(1e-6, 10), factor=st.floats(1.01, 1e4), seed=st.integers(0, 10**6))
+def test_interval_samples_stay_inside(low, factor, seed):
+    import random
+
+    high = low * factor
+    for text in (f"interval({low!r}, {high!r})", f"tag(log, interval({low!r}, {high!r}))"):
+        d = domain(text)
+        rng = random.Random(seed)
+        for _ in range(20):
+            v = d.sample(rng)
+            assert low <= v <= high * (1 + 1e-12)
+
+
+# ---- conditions, derived values, building ----------------------------------------------------------
+
+
+def test_conditional_parameters_are_active_only_when_their_condition_holds():
+    sp = space(
+        {
+            "attention.kind": "choice(gqa, mla)",
+            "attention.kv_rank": {"values": "choice(16, 32)", "when": {"attention.kind": "mla"}},
+        }
+    )
+    all_ = list(assignments(sp))
+    assert all_ == [
+        {"attention.kind": "gqa"},
+        {"attention.kind": "mla", "attention.kv_rank": 16},
+        {"attention.kind": "mla", "attention.kv_rank": 32},
+    ]
+    assert count(sp) == 3
+    # define-by-run: the Optuna trial only holds the active parameters
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = Counter()
+    for _ in range(30):
+        trial = study.ask()
+        params = suggest(sp, trial)
+        seen[params["attention.kind"]] += 1
+        assert ("attention.kv_rank" in trial.params) == (params["attention.kind"] == "mla")
+        study.tell(trial, 0.0)
+    assert seen["gqa"] and seen["mla"]
+
+
+def test_condition_on_a_list_of_values_and_on_a_variable():
+    sp = space(
+        {
+            "layers.mixer": "choice(attention, linear, mcsd)",
+            "layers.attention_share": {
+                "values": "choice(0.25, 0.5)",
+                "when": {"layers.mixer": ["linear", "mcsd"]},
+            },
+            "vars.wide": "choice(false, true)",
+            "ffn.d_ffn": {"values": "choice(1024, 2048)", "when": {"vars.wide": True}},
+        }
+    )
+    # mixer: attention 1 + linear 2 + mcsd 2 = 5; wide: false 1 + true 2 = 3
+    assert count(sp) == 15 == len(list(assignments(sp)))
+
+
+def test_derived_values_resolve_per_candidate():
+    sp = space(
+        {"d_model": "choice(64, 96, 128)", "vars.head_size": "choice(16, 32)"},
+        derived={
+            "attention.n_heads": "${div:${d_model},${vars.head_size}}",
+            "attention.n_kv_heads": "${attention.n_heads}",
+            "ffn.d_ffn": "${round_to:${mul:${d_model},2.7},64}",
+        },
+    )
+    cands = [build(sp, a) for a in assignments(sp)]
+    ok = [c for c in cands if c.ok]
+    bad = [c for c in cands if not c.ok]
+    # 96 / 32 = 3 is fine, but 96 is divisible by 16 and 32, so every candidate builds
+    assert len(ok) == 6 and not bad
+    arch = next(
+        c.arch for c in ok if c.assignment == {"d_model": 128, "vars.head_size": 32}
+    ).resolved()
+    assert arch.attention.n_heads == 4 and arch.attention.n_kv_heads == 4
+    assert arch.attention.kind == "mha"  # n_kv_heads == n_heads
+    assert arch.ffn.d_ffn == 64 * round(128 * 2.7 / 64)
+    assert arch.attention.head_dim == 32  # defaulted from d_model / n_heads
+
+
+def test_inexact_derived_division_is_a_named_rejection():
+    sp = space({"d_model": "choice(64, 80)"}, derived={"attention.n_heads": "${div:${d_model},32}"})
+    by_model = {c.assignment["d_model"]: c for c in map(lambda a: build(sp, a), assignments(sp))}
+    assert by_model[64].ok
+    assert by_model[80].reason == "derived_not_whole"
+    assert "attention.n_heads" in by_model[80].message
+
+
+def test_unbuildable_candidates_are_rejected_with_counted_reasons():
+    sp = space(
+        {
+            "attention.n_heads": "choice(3, 4)",
+            "attention.n_kv_heads": "choice(1, 2, 4)",
+            "moe.n_experts": "choice(2, 4)",
+            "moe.top_k": "choice(1, 4)",
+        }
+    )
+    cands = [build(sp, a) for a in assignments(sp)]
+    reasons = Counter(c.reason for c in cands if not c.ok)
+    # 3 heads do not divide d_model=128 (all 12 with n_heads=3); with 4 heads, kv=1,2,4 all
+    # divide; top_k=4 > n_experts=2 rejects 3 of the remaining 12
+    assert reasons == {"heads_not_dividing_d_model": 12, "top_k_above_n_experts": 3}
+    assert sum(c.ok for c in cands) == 9
+
+
+def test_hybrid_spec_parameters_build_the_expected_patterns():
+    sp = space(
+        {
+            "n_layers": 8,
+            "layers.mixer": "linear",
+            "layers.attention_share": "choice(0.0, 0.25)",
+            "layers.placement": "choice(interleaved, bottom, top, sandwich)",
+            "linear.family": "choice(gla, mamba2)",
+        }
+    )
+    patterns = {build(sp, a).arch.pattern for a in assignments(sp)}
+    assert patterns == {"LLLLLLLL", "LLLNLLLN", "NNLLLLLL", "LLLLLLNN", "NLLLLLLN"}
+    explicit = space({"n_layers": "choice(8, 12)", "layers.pattern": "choice(LLLN, LN)"})
+    got = sorted(build(explicit, a).arch.pattern for a in assignments(explicit))
+    assert got == sorted(["LLLNLLLN", "LLLNLLLNLLLN", "LNLNLNLN", "LNLNLNLNLNLN"])
+
+
+def test_equivalent_candidates_share_a_hash_and_sampling_dedups_them():
+    # with no linear layers, the linear family does not change the architecture
+    sp = space({"linear.family": "choice(gla, retnet, mamba2)", "n_layers": "choice(2, 4)"})
+    hashes = {build(sp, a).arch.arch_hash for a in assignments(sp)}
+    assert count(sp) == 6 and len(hashes) == 2
+    result = sample(sp, 5, seed=0)
+    assert len(result.candidates) == 2 and result.exhausted and result.duplicates > 0
+
+
+# ---- shipped spaces ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # n_layers 2 x d_model 2 x (attention 1 + linear 4 families x 2 shares + mcsd 2 shares)
+        # x attention.kind (gqa 1 + mla 2 kv ranks) x ffn.kind 2 x ffn_mult 2
+        ("tiny", 2 * 2 * (1 + 4 * 2 + 2) * (1 + 2) * 2 * 2),
+        # layers 4 x width 4 x head size 2 x kv rank 2 x (no q compression 1 + 2 q ranks) x mult 2
+        ("plm_edge", 4 * 4 * 2 * 2 * (1 + 2) * 2),
+        # 8 families x (share 0: 1 + share .25/.5 x 4 placements) x (dense 1 + 3 expert counts x
+        # 3 top-k x 2 shared) x 2 expert widths
+        ("hybrid_linear_moe", 8 * (1 + 2 * 4) * (1 + 3 * 3 * 2) * 2),
+        # 3 depths x (mcsd 5 channel counts + attention 1 + linear 4 families)
+        ("mcsd", 3 * (5 + 1 + 4)),
+    ],
+)
+def test_shipped_space_sizes_match_hand_counts(name, expected):
+    sp = load_space(name)
+    assert count(sp) == expected
+    assert sum(1 for _ in assignments(sp)) == expected
+    assert sp.objectives and sp.constraints
+
+
+def test_counting_a_huge_space_is_instant():
+    sp = space(
+        {
+            "n_layers": "range(1, 65)",
+            "d_model": "range(64, 4097, step=64)",
+            "ffn.d_ffn": "range(64, 16385, step=64)",
+            "attention.n_heads": "choice(1, 2, 4, 8, 16, 32)",
+            "attention.kind": "choice(gqa, mla)",
+            "attention.kv_rank": {
+                "values": "range(16, 1025, step=16)",
+                "when": {"attention.kind": "mla"},
+            },
+        }
+    )
+    assert count(sp) == 64 * 64 * 256 * 6 * (1 + 64)
+
+
+def test_continuous_spaces_count_as_infinite_and_refuse_enumeration():
+    sp = space({"attention.rope_theta": "interval(1e3, 1e6)"})
+    assert math.isinf(count(sp))
+    with pytest.raises(UserError, match="continuous"):
+        list(assignments(sp))
+    assert len(sample(sp, 5, seed=1).candidates) == 5
+
+
+def test_sampling_is_reproducible_and_seed_dependent():
+    sp = load_space("tiny")
+    a = sample(sp, 10, seed=7)
+    b = sample(sp, 10, seed=7)
+    c = sample(sp, 10, seed=8)
+    ha = [x.arch.arch_hash for x in a.candidates]
+    assert ha == [x.arch.arch_hash for x in b.candidates]
+    assert ha != [x.arch.arch_hash for x in c.candidates]
+    assert len(set(ha)) == 10
+
+
+def test_every_enumerated_tiny_candidate_builds():
+    sp = load_space("tiny")
+    cands = [build(sp, a) for a in assignments(sp)]
+    assert all(c.ok for c in cands), Counter(c.reason for c in cands if not c.ok)
+    # the MLA kv_rank parameter only appears with MLA
+    for c in cands:
+        assert ("attention.kv_rank" in c.assignment) == (c.assignment["attention.kind"] == "mla")
