@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from collections import Counter
 
 import optuna
@@ -294,3 +295,19 @@ def test_every_enumerated_tiny_candidate_builds():
     # the MLA kv_rank parameter only appears with MLA
     for c in cands:
         assert ("attention.kv_rank" in c.assignment) == (c.assignment["attention.kind"] == "mla")
+
+
+def test_readme_worked_example_is_what_the_readme_says(tmp_path):
+    import re
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = re.search(r"```yaml\n(# my_space.yaml.*?)```", readme, re.S).group(1)
+    path = tmp_path / "my_space.yaml"
+    path.write_text(block)
+    from archsearch.space import parse_space_file
+
+    sp = parse_space_file(path)
+    assert count(sp) == 540
+    assert "540 assignments" in readme
+    reasons = {c.reason for c in map(lambda a: build(sp, a), assignments(sp)) if not c.ok}
+    assert reasons == {"kv_heads_not_dividing_heads"}
