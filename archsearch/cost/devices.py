@@ -1,0 +1,169 @@
+"""Device profiles: the hardware figures the latency model needs, as data (`conf/device/*.yaml`).
+
+A profile holds peak compute by precision class (FLOP/s; a multiply-add is 2 FLOPs), memory
+bandwidth and capacity, a source line for every figure, and the efficiency factors of the
+latency model (`archsearch.cost.latency`): the fraction of peak compute a large matmul reaches,
+the row count at which matmuls reach half of that, the fraction of peak bandwidth a streaming
+read reaches, and a fixed overhead per operator. `archsearch calibrate` measures them for this
+machine and writes the `local` profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from archsearch import yamlio
+from archsearch.errors import UserError
+
+COMPUTE_CLASSES = ("fp32", "fp16", "int8")
+# which compute class executes the matmuls of a weight precision
+COMPUTE_CLASS_OF = {"fp32": "fp32", "bf16": "fp16", "fp16": "fp16", "q8": "int8", "q4": "int8"}
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Latency-model factors (fractions of peak; seconds)."""
+
+    compute: float = 0.5  # fraction of peak FLOP/s a large matmul reaches
+    half_rows: float = 8.0  # rows (tokens) at which a matmul reaches half that efficiency
+    bandwidth: float = 0.7  # fraction of peak bandwidth a streaming read reaches
+    op_overhead_s: float = 5e-6  # fixed time per operator (dispatch, launch, sync)
+    source: str = "default"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    description: str
+    kind: str  # cpu | gpu
+    peak_flops: dict[str, float]
+    memory_bandwidth: float  # bytes/s
+    memory_capacity: float  # bytes
+    efficiency: dict[str, Efficiency] = field(default_factory=dict)  # by compute class
+    sources: dict[str, str] = field(default_factory=dict)
+    prefill_logits: str = "last"  # last (llama.cpp) | all (archsearch.models' prefill)
+    path: str = ""
+
+    def peak(self, precision: str) -> float:
+        return self.peak_flops[COMPUTE_CLASS_OF[precision]]
+
+    def eff(self, precision: str) -> Efficiency:
+        cls = COMPUTE_CLASS_OF[precision]
+        return self.efficiency.get(cls) or self.efficiency.get("default") or Efficiency()
+
+
+def _number(raw: Any, *, source: str, key: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw <= 0:
+        raise UserError(f"expected a positive number, got {raw!r}", source=source, key=key)
+    return float(raw)
+
+
+def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
+    if not isinstance(raw, dict):
+        raise UserError("a device profile must be a mapping", source=source, key="(top level)")
+    known = {
+        "name",
+        "description",
+        "kind",
+        "peak_flops",
+        "memory_bandwidth",
+        "memory_capacity",
+        "efficiency",
+        "sources",
+        "prefill_logits",
+    }
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise UserError(
+            f"unknown key (known: {', '.join(sorted(known))})", source=source, key=unknown[0]
+        )
+    for key in ("peak_flops", "memory_bandwidth", "memory_capacity"):
+        if key not in raw:
+            raise UserError("missing required key", source=source, key=key)
+    peaks = raw["peak_flops"]
+    if not isinstance(peaks, dict):
+        raise UserError(
+            "expected a mapping of fp32/fp16/int8 -> FLOP/s", source=source, key="peak_flops"
+        )
+    missing = [c for c in COMPUTE_CLASSES if c not in peaks]
+    if missing:
+        raise UserError(f"missing compute class {missing[0]!r}", source=source, key="peak_flops")
+    peak_flops = {
+        c: _number(peaks[c], source=source, key=f"peak_flops.{c}") for c in COMPUTE_CLASSES
+    }
+    efficiency = {}
+    for cls, entry in (raw.get("efficiency") or {}).items():
+        if cls not in (*COMPUTE_CLASSES, "default") or not isinstance(entry, dict):
+            raise UserError(
+                "expected fp32/fp16/int8/default -> {compute, half_rows, "
+                "bandwidth, op_overhead_s, source}",
+                source=source,
+                key=f"efficiency.{cls}",
+            )
+        allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "source"}
+        bad = sorted(set(entry) - allowed)
+        if bad:
+            raise UserError(
+                f"unknown key (known: {', '.join(sorted(allowed))})",
+                source=source,
+                key=f"efficiency.{cls}.{bad[0]}",
+            )
+        values = {
+            k: _number(v, source=source, key=f"efficiency.{cls}.{k}")
+            for k, v in entry.items()
+            if k != "source"
+        }
+        efficiency[cls] = Efficiency(**values, source=str(entry.get("source", "")))
+    sources = {str(k): str(v) for k, v in (raw.get("sources") or {}).items()}
+    return DeviceProfile(
+        name=str(raw.get("name", default_name)),
+        description=str(raw.get("description", "")),
+        kind=str(raw.get("kind", "cpu")),
+        peak_flops=peak_flops,
+        memory_bandwidth=_number(raw["memory_bandwidth"], source=source, key="memory_bandwidth"),
+        memory_capacity=_number(raw["memory_capacity"], source=source, key="memory_capacity"),
+        efficiency=efficiency,
+        sources=sources,
+        prefill_logits=_prefill_logits(raw.get("prefill_logits", "last"), source),
+        path=source,
+    )
+
+
+def _prefill_logits(value: Any, source: str) -> str:
+    if value not in ("last", "all"):
+        raise UserError(
+            f"must be 'last' or 'all', got {value!r}", source=source, key="prefill_logits"
+        )
+    return value
+
+
+def devices_dir() -> Path:
+    from archsearch.resources import conf_dir
+
+    return conf_dir() / "device"
+
+
+def device_names() -> list[str]:
+    from archsearch.resources import shipped_names
+
+    return shipped_names(devices_dir())
+
+
+@cache
+def _load(path: str) -> DeviceProfile:
+    return parse_device(yamlio.load(path), source=path, default_name=Path(path).stem)
+
+
+def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
+    """A shipped profile by name (`rpi5`) or any profile YAML by path."""
+    from archsearch.resources import resolve
+
+    path = resolve(name_or_path, devices_dir(), "device", key)
+    return _load(str(path.resolve()))
+
+
+def all_devices() -> list[DeviceProfile]:
+    return [load_device(n) for n in device_names()]

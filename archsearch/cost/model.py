@@ -1,0 +1,183 @@
+"""Model-level costs: FLOPs/MACs, bytes, peak memory and predicted latency, vectorised.
+
+Conventions that published tables differ on are explicit arguments: `causal` ("full": the
+T x n score block as a MATH attention kernel computes it; "half": only the causally visible
+pairs), `lm_head` (with or without the output projection), `unit` ("flops" or "macs").
+
+Weights at a precision: fp32 4 bytes, fp16/bf16 2, q8 and q4 in llama.cpp's Q8_0/Q4_0 layout,
+blocks of 32 weights with one fp16 scale: 8.5 and 4.5 bits per weight. Norm weights stay fp32.
+KV caches and states are 16-bit unless the precision is fp32 (llama.cpp keeps an f16 cache for
+quantised weights); `cache_bytes` takes the bit width explicitly (seed PLM eqs. 6-7).
+
+Latency (seed PLM section 6 and Appendix D: IO time vs compute time) is a roofline per
+operation: each op of `counts.model_ops` takes max(FLOPs / (peak x efficiency(rows)),
+bytes / (bandwidth x efficiency)), elementwise ops take their memory time, and every op adds a
+fixed overhead. Time to first token is a forward over the prompt; decode time per token is one
+step at context n; end-to-end is TTFT(P) plus G decode steps at the mean context P + (G-1)/2
+(exact when the step time is affine in the context, as it is on either side of a roofline
+ridge).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from archsearch.cost.counts import Columns, Phase, model_ops, params, state_elements
+from archsearch.cost.devices import DeviceProfile
+
+WEIGHT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "q8": 8.5, "q4": 4.5}
+ACT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "q8": 2.0, "q4": 2.0}
+
+
+def cache_bits(precision: str) -> float:
+    return 32.0 if precision == "fp32" else 16.0
+
+
+def flops(
+    c: Columns,
+    phase: Phase,
+    *,
+    lm_head: bool = True,
+    unit: str = "flops",
+    backward: bool = False,
+    extra: bool = False,
+) -> np.ndarray:
+    """Forward (and optionally backward) FLOPs of a phase, summed over the model per row.
+
+    `extra` adds work a FLOP counter does not see (the delta rule's triangular solves)."""
+    total = np.zeros(c.n)
+    for count, op in model_ops(c, phase, lm_head=lm_head):
+        f = op.flops
+        if backward:
+            f = f + op.backward * op.flops + op.backward_extra
+        if extra:
+            f = f + op.extra_flops * (2.0 if backward else 1.0)
+        total = total + count * f
+    return total / 2.0 if unit == "macs" else total
+
+
+def train_flops_per_token(c: Columns, seq_len: int, causal: str = "half") -> np.ndarray:
+    """Forward + backward FLOPs per training token at context `seq_len` (LM head included)."""
+    p = Phase("forward", T=seq_len, causal=causal)
+    return flops(c, p, backward=True, extra=True) / seq_len
+
+
+def weight_bytes(c: Columns, precision: str) -> np.ndarray:
+    """Parameters at a precision; 1-D parameters (norms, decays) stay 32-bit."""
+    p = params(c)["params"]
+    small = _vector_params(c)
+    return (p - small) * WEIGHT_BITS[precision] / 8.0 + small * 4.0
+
+
+def _vector_params(c: Columns) -> np.ndarray:
+    """Norm weights and other 1-D parameters (kept in fp32 by quantisers)."""
+    return (
+        c.L * 2 * c.d
+        + c.d
+        + c.nN * (c.mla * (c.dc + (c.dq > 0) * c.dq))
+        + c.nL * c.ldv
+        + c.nM * c.d
+    )
+
+
+def cache_bytes(c: Columns, context, bits: float = 16.0, batch: float = 1.0) -> np.ndarray:
+    return state_elements(c, context, batch) * bits / 8.0
+
+
+def memory_bytes(c: Columns, context, precision: str, batch: float = 1.0) -> np.ndarray:
+    """Peak inference memory: weights + cache at `context` + the prefill working set (the
+    widest per-token activation of a layer, for every token of the context) + one row of
+    logits per sequence in fp32."""
+    widest = np.maximum.reduce(
+        [
+            4 * c.d,
+            (1 + c.gated) * np.maximum(c.F, c.Fe) + c.d,
+            c.H * (c.dh + c.dr) + 2 * c.d,
+            c.lH * (2 * c.dk + c.ldv) + c.d,
+        ]
+    )
+    acts = batch * np.asarray(context, dtype=np.float64) * widest * ACT_BYTES[precision]
+    return (
+        weight_bytes(c, precision)
+        + cache_bytes(c, context, cache_bits(precision), batch)
+        + acts
+        + batch * c.V * 4.0
+    )
+
+
+# ---- latency ----------------------------------------------------------------------------------
+
+
+def phase_seconds(
+    c: Columns,
+    phase: Phase,
+    device: DeviceProfile,
+    precision: str,
+    *,
+    lm_head_tokens: float | None = None,
+) -> np.ndarray:
+    """Roofline time of one phase. `lm_head_tokens` limits the LM head to that many tokens per
+    sequence (a prefill that needs only the last token's logits)."""
+    eff = device.eff(precision)
+    peak_w = device.peak(precision)
+    peak_a = device.peak("fp32" if precision == "fp32" else "fp16")
+    bw = device.memory_bandwidth * eff.bandwidth
+    wb, ab, sb = WEIGHT_BITS[precision] / 8.0, ACT_BYTES[precision], cache_bits(precision) / 8.0
+    total = np.zeros(c.n)
+    n_ops = np.zeros(c.n)
+    for count, op in model_ops(c, phase, lm_head=True):
+        if op.name == "lm_head" and lm_head_tokens is not None:
+            scale = phase.B * lm_head_tokens / phase.tokens
+            op.flops, op.acts, op.rows = op.flops * scale, op.acts * scale, phase.B * lm_head_tokens
+        mem = (op.weights * wb + op.acts * ab + op.state * sb) / bw
+        if op.kind == "elementwise":
+            t = mem
+        else:
+            peak = peak_w if op.kind == "matmul" else peak_a
+            rows = np.asarray(op.rows, dtype=np.float64)
+            e = eff.compute * rows / (rows + eff.half_rows)
+            t = np.maximum((op.flops + op.extra_flops) / (peak * e), mem)
+        active = np.asarray(op.flops) + np.asarray(op.acts) + np.asarray(op.weights) > 0
+        total = total + count * t
+        n_ops = n_ops + count * active * _ops_per(op, phase)
+    return total + n_ops * eff.op_overhead_s
+
+
+def _ops_per(op, phase: Phase) -> float | np.ndarray:
+    """Kernel launches of an op: chunked scans launch a few per chunk."""
+    if op.kind == "scan" and phase.kind == "forward":
+        return 4.0 + 3.0 * np.ceil(phase.T / 64)
+    return 1.0
+
+
+def ttft_s(
+    c: Columns, device: DeviceProfile, prompt: int, precision: str, batch: float = 1.0
+) -> np.ndarray:
+    last_only = device.prefill_logits == "last"
+    return phase_seconds(
+        c,
+        Phase("forward", T=prompt, B=batch, causal="half"),
+        device,
+        precision,
+        lm_head_tokens=1.0 if last_only else None,
+    )
+
+
+def decode_s(
+    c: Columns, device: DeviceProfile, context, precision: str, batch: float = 1.0
+) -> np.ndarray:
+    return phase_seconds(c, Phase("step", T=1, n0=context, B=batch), device, precision)
+
+
+def e2e_s(
+    c: Columns,
+    device: DeviceProfile,
+    prompt: int,
+    generate: int,
+    precision: str,
+    batch: float = 1.0,
+) -> np.ndarray:
+    mid = prompt + (generate - 1) / 2.0
+    return ttft_s(c, device, prompt, precision, batch) + generate * decode_s(
+        c, device, mid, precision, batch
+    )
