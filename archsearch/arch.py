@@ -269,7 +269,9 @@ class ArchConfig:
         if r.attention is not None:
             a = r.attention
             heads = f"h{a.n_heads}" + (f"/kv{a.n_kv_heads}" if a.kind in ("gqa", "mqa") else "")
-            parts.append(heads + (f" r{a.kv_rank}" if a.kind == "mla" else ""))
+            if a.kind == "mla":
+                heads += f"x{a.head_dim} r{a.kv_rank}" + (f" q{a.q_rank}" if a.q_rank else "")
+            parts.append(heads)
         if r.linear is not None:
             parts.append(f"lh{r.linear.n_heads}")
         if r.mcsd is not None:

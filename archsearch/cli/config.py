@@ -10,6 +10,7 @@ folders, and every Hydra error must become a one-line `UserError`.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from typing import Any
 
@@ -30,31 +31,45 @@ def _list_keys(schema: type) -> set[str]:
     """Top-level keys typed as lists: `key=a,b,c` on the command line means a list there."""
     out = set()
     for name, tp in typing.get_type_hints(schema).items():
-        inner = [a for a in typing.get_args(tp) if a is not type(None)] or [tp]
+        union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+        inner = [a for a in typing.get_args(tp) if a is not type(None)] if union else [tp]
         if any(typing.get_origin(a) in (list, typing.List) for a in inner):  # noqa: UP006
             out.add(name)
     return out
 
 
-def _rewrite_lists(overrides: list[str], list_keys: set[str]) -> list[str]:
+def _rewrite_lists(
+    overrides: list[str], list_keys: set[str], group_keys: set[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """Prepare `key=value` overrides for Hydra.
+
+    `key=a,b,c` becomes a list for list-typed keys. Keys named like a folder of the config tree
+    (`arch=` beside conf/arch/, `device=` beside conf/device/) would be read by Hydra as a config
+    group choice, so their parsed values are returned apart and set after composing (still
+    type-checked); there `a,b,c` is the string "a,b,c"."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    out = []
+    out, later = [], {}
     for text in overrides:
         try:
             ov = parser.parse_override(text)
         except HydraException as err:
             raise UserError(_one_line(err), key=text) from None
         value = ov.value()
-        if ov.key_or_group in list_keys and isinstance(value, ChoiceSweep) and value.simple_form:
-            text = f"{ov.key_or_group}=[{','.join(map(str, value.list))}]"
-        elif ov.key_or_group in list_keys and isinstance(value, (str, int, float)):
-            text = f"{ov.key_or_group}=[{value}]"
+        key = ov.key_or_group
+        simple = isinstance(value, ChoiceSweep) and value.simple_form
+        if key in group_keys:
+            later[key] = ",".join(map(str, value.list)) if simple else value
+            continue
+        if key in list_keys and simple:
+            text = f"{key}=[{','.join(map(str, value.list))}]"
+        elif key in list_keys and isinstance(value, (str, int, float)):
+            text = f"{key}=[{value}]"
         out.append(text)
-    return out
+    return out, later
 
 
 def compose(name: str, overrides: list[str]) -> Any:
@@ -76,12 +91,17 @@ def compose(name: str, overrides: list[str]) -> Any:
                 "with key=value (see --help)"
             )
     _register_schemas()
-    overrides = _rewrite_lists(overrides, _list_keys(schemas.SCHEMAS[name]))
+    groups = {p.name for p in conf_dir().iterdir() if p.is_dir()}
+    fields = {f.name for f in dataclasses.fields(schemas.SCHEMAS[name])}
+    overrides, later = _rewrite_lists(overrides, _list_keys(schemas.SCHEMAS[name]), groups & fields)
     try:
         with initialize_config_dir(
             config_dir=str(conf_dir()), version_base="1.3", job_name=f"archsearch_{name}"
         ):
-            return hydra_compose(config_name=name, overrides=overrides)
+            cfg = hydra_compose(config_name=name, overrides=overrides)
+        for key, value in later.items():
+            cfg[key] = value
+        return cfg
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(_one_line(err)) from None
 

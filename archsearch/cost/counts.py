@@ -172,6 +172,37 @@ class Op:
     backward: float = 2.0  # backward FLOPs / forward FLOPs (1: one operand is a constant)
     backward_extra: np.ndarray | float = 0.0  # backward FLOPs beyond backward x flops
     extra_flops: np.ndarray | float = 0.0  # work a FLOP counter does not see (solves)
+    launches: np.ndarray | float = 0.0  # operators dispatched (for the per-operator overhead)
+
+
+# Operators that `archsearch.models` dispatches per module in eager PyTorch (counted with a
+# TorchDispatchMode; tests/test_cost_latency.py recounts them): (decode step, prefill of one
+# chunk, each further chunk of 64 tokens). They only scale the latency model's fixed overhead
+# per operator, which matters on a CPU running eager PyTorch and little elsewhere.
+LAUNCHES = {
+    "gqa": (43, 37, 0),
+    "mla": (93, 81, 0),
+    "linear_attention": (54, 78, 2),
+    "retnet": (62, 104, 4),
+    "gla": (71, 128, 4),
+    "deltanet": (87, 120, 35),
+    "gated_deltanet": (102, 130, 35),
+    "mamba2": (74, 117, 4),
+    "hgrn2": (62, 119, 4),
+    "rwkv6": (112, 171, 4),
+    "mcsd": (71, 177, 6),
+}
+FFN_LAUNCHES = {"gated": 12, "plain": 10}
+MOE_LAUNCHES = (16, 10)  # fixed, per routed expert used (shared experts count as FFNs)
+BLOCK_LAUNCHES = 4  # two norms, two residual adds
+MODEL_LAUNCHES = 8  # embedding, final norm, LM head, state bookkeeping
+
+
+def launches(name: str, p: Phase) -> float | np.ndarray:
+    step, first, per_chunk = LAUNCHES[name]
+    if p.kind == "step":
+        return float(step)
+    return first + per_chunk * (_chunks(p.T) - 1)
 
 
 @dataclass
@@ -246,7 +277,9 @@ def attention_ops(c: Columns, p: Phase) -> list[Op]:
         rows=N,
         kind="attention",
     )
-    rope = Op("attn.rope", acts=3.0 * N * (H + G) * dh, kind="elementwise")
+    rope = Op(
+        "attn.rope", acts=3.0 * N * (H + G) * dh, kind="elementwise", launches=launches("gqa", p)
+    )
     return [qkv, rope, sdpa, o]
 
 
@@ -510,8 +543,14 @@ def moe_ops(c: Columns, p: Phase) -> list[Op]:
         *routed,
         Op("moe.expert_weights", weights=touched * per_expert, kind="elementwise"),
         *ffn_ops(c, p, c.Fe, tokens=N, count=c.S, name="moe.shared"),
-        Op("moe.dispatch", acts=4.0 * N * c.topk * c.d, kind="elementwise"),
+        Op(
+            "moe.dispatch",
+            acts=4.0 * N * c.topk * c.d,
+            kind="elementwise",
+            launches=MOE_LAUNCHES[0] + MOE_LAUNCHES[1] * touched,
+        ),
     ]
+    routed[1].launches = 0.0  # the routed experts' launches are counted in moe.dispatch
     return ops
 
 
@@ -549,7 +588,9 @@ def model_ops(c: Columns, p: Phase, *, lm_head: bool = True) -> list[tuple[np.nd
         out.append((c.L * (1 - dense), op))
     for op in norm_ops("block.norms", c, p, c.d, count=2.0):
         out.append((c.L, op))
-    out.append((c.L, Op("block.residual", acts=6.0 * N * c.d, kind="elementwise")))
+    out.append(
+        (c.L, Op("block.residual", acts=6.0 * N * c.d, kind="elementwise", launches=BLOCK_LAUNCHES))
+    )
     out.append(
         (
             np.ones_like(c.d),

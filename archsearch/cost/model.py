@@ -108,23 +108,23 @@ def memory_bytes(c: Columns, context, precision: str, batch: float = 1.0) -> np.
 # ---- latency ----------------------------------------------------------------------------------
 
 
-def phase_seconds(
+def op_seconds(
     c: Columns,
     phase: Phase,
     device: DeviceProfile,
     precision: str,
     *,
     lm_head_tokens: float | None = None,
-) -> np.ndarray:
-    """Roofline time of one phase. `lm_head_tokens` limits the LM head to that many tokens per
-    sequence (a prefill that needs only the last token's logits)."""
+) -> list[tuple[str, np.ndarray]]:
+    """Roofline time of every op of a phase (multiplicity included), with its name.
+    `lm_head_tokens` limits the LM head to that many tokens per sequence (a prefill that needs
+    only the last token's logits)."""
     eff = device.eff(precision)
     peak_w = device.peak(precision)
     peak_a = device.peak("fp32" if precision == "fp32" else "fp16")
     bw = device.memory_bandwidth * eff.bandwidth
     wb, ab, sb = WEIGHT_BITS[precision] / 8.0, ACT_BYTES[precision], cache_bits(precision) / 8.0
-    total = np.zeros(c.n)
-    n_ops = np.zeros(c.n)
+    out = []
     for count, op in model_ops(c, phase, lm_head=True):
         if op.name == "lm_head" and lm_head_tokens is not None:
             scale = phase.B * lm_head_tokens / phase.tokens
@@ -134,20 +134,34 @@ def phase_seconds(
             t = mem
         else:
             peak = peak_w if op.kind == "matmul" else peak_a
-            rows = np.asarray(op.rows, dtype=np.float64)
+            rows = np.maximum(np.asarray(op.rows, dtype=np.float64), 1.0)
             e = eff.compute * rows / (rows + eff.half_rows)
             t = np.maximum((op.flops + op.extra_flops) / (peak * e), mem)
-        active = np.asarray(op.flops) + np.asarray(op.acts) + np.asarray(op.weights) > 0
-        total = total + count * t
-        n_ops = n_ops + count * active * _ops_per(op, phase)
-    return total + n_ops * eff.op_overhead_s
+        out.append((op.name, count * (t + op.launches * eff.op_overhead_s)))
+    return out
 
 
-def _ops_per(op, phase: Phase) -> float | np.ndarray:
-    """Kernel launches of an op: chunked scans launch a few per chunk."""
-    if op.kind == "scan" and phase.kind == "forward":
-        return 4.0 + 3.0 * np.ceil(phase.T / 64)
-    return 1.0
+def phase_seconds(
+    c: Columns,
+    phase: Phase,
+    device: DeviceProfile,
+    precision: str,
+    *,
+    lm_head_tokens: float | None = None,
+) -> np.ndarray:
+    """Roofline time of one phase (see `op_seconds`)."""
+    total = np.zeros(c.n)
+    for _, t in op_seconds(c, phase, device, precision, lm_head_tokens=lm_head_tokens):
+        total = total + t
+    return total
+
+
+def launch_count(c: Columns, phase: Phase) -> np.ndarray:
+    """Operators the eager PyTorch models dispatch in a phase (for the overhead term)."""
+    total = np.zeros(c.n)
+    for count, op in model_ops(c, phase):
+        total = total + count * op.launches
+    return total
 
 
 def ttft_s(

@@ -1,0 +1,82 @@
+"""Whole candidate tables at once: metrics for every row, constraints, and pruning.
+
+`prune(space, device)` enumerates a finite space (or samples an infinite or huge one), builds
+every candidate, evaluates every cost constraint of the space on the vectorised table and
+reports the survivors and, for each constraint, how many candidates it pruned.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from archsearch.cost import metric_values
+from archsearch.cost.counts import Columns
+from archsearch.space import Candidate, SearchSpace, assignments, build, count
+from archsearch.space.candidates import sample_assignment
+from archsearch.space.metrics import MetricSpec
+
+
+def metric_table(c: Columns, specs: list[MetricSpec]) -> dict[str, np.ndarray]:
+    return {s.label: metric_values(c, s) for s in specs}
+
+
+@dataclass
+class PruneResult:
+    space: str
+    device: str
+    assignments: int
+    invalid: Counter = field(default_factory=Counter)
+    duplicates: int = 0
+    candidates: list[Candidate] = field(default_factory=list)  # distinct valid ones
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # constraint metric per candidate
+    pruned_by: dict[str, int] = field(default_factory=dict)  # candidates failing each constraint
+    feasible: np.ndarray | None = None
+    sampled: bool = False
+
+    @property
+    def survivors(self) -> list[Candidate]:
+        return [c for c, ok in zip(self.candidates, self.feasible) if ok]
+
+
+def prune(space: SearchSpace, device: str, *, limit: int = 200_000, seed: int = 0) -> PruneResult:
+    size = count(space)
+    sampled = math.isinf(size) or size > limit
+    if sampled:
+        rng = random.Random(seed)
+        source = (sample_assignment(space, rng) for _ in range(limit))
+    else:
+        source = assignments(space)
+    res = PruneResult(space.name, device, 0, sampled=sampled)
+    seen: set[str] = set()
+    for a in source:
+        res.assignments += 1
+        cand = build(space, a)
+        if not cand.ok:
+            res.invalid[cand.reason] += 1
+        elif cand.arch.arch_hash in seen:
+            res.duplicates += 1
+        else:
+            seen.add(cand.arch.arch_hash)
+            res.candidates.append(cand)
+    feasible = np.ones(len(res.candidates), dtype=bool)
+    if res.candidates:
+        c = Columns.from_archs([cand.arch for cand in res.candidates])
+        for con in space.constraints:
+            if con.spec.phase != "cost":
+                continue
+            values = metric_values(c, con.spec.with_device(device))
+            ok = np.ones(len(values), dtype=bool)
+            if con.max is not None:
+                ok &= values <= con.max
+            if con.min is not None:
+                ok &= values >= con.min
+            res.values[con.name] = values
+            res.pruned_by[con.name] = int((~ok).sum())
+            feasible &= ok
+    res.feasible = feasible
+    return res
