@@ -37,6 +37,53 @@ COMMANDS: dict[str, Command] = {
             "archsearch space sample space_file=./my_space.yaml format=json",
         ),
     ),
+    "train": Command(
+        "train one architecture in a sandbox trial (budget in tokens, FLOPs, time or steps)",
+        "train",
+        "archsearch.cli.train_cmd:run",
+        (),
+        (
+            "archsearch train arch=tiny_gqa budget=tokens:2M",
+            "archsearch train arch=./my_arch.yaml budget=flops:1e13 schedule=wsdc precision=bf16",
+            "archsearch train arch=baby_gpt data=input.txt tokenizer=char seq_len=64 "
+            "budget=steps:2000",
+            "archsearch train arch=tiny_gqa objective=probe probe_tasks=recall,selective_copy",
+        ),
+    ),
+    "sweep": Command(
+        "run a search: cost-prune candidates, train the rest as Ray Tune trials, store the "
+        "study",
+        "sweep",
+        "archsearch.cli.sweep_cmd:run",
+        examples=(
+            "archsearch sweep",
+            "archsearch sweep search_space=tiny device=rpi5 trials=24 budget=tokens:500K",
+            "archsearch sweep search_space=hybrid_linear_moe ray.address=auto "
+            "storage.url=postgresql+psycopg2://user@db/archsearch",
+            "archsearch sweep latency.mode=measured latency.resource=rpi5",
+        ),
+    ),
+    "prune": Command(
+        "apply a space's cost constraints to every candidate before anything trains",
+        "prune",
+        "archsearch.cli.cost_cmd:prune_cmd",
+        examples=("archsearch prune search_space=plm_edge device=rpi5",),
+    ),
+    "cost": Command(
+        "params, FLOPs, memory and predicted latency of architectures on a device",
+        "cost",
+        "archsearch.cli.cost_cmd:cost_cmd",
+        examples=(
+            "archsearch cost arch=plm_1_8b device=rpi5 precision=q4",
+            "archsearch cost arch=llama_gqa_1b,mcsd_1_6b,plm_1_8b seq_lens=[512,2048,8192,32768]",
+        ),
+    ),
+    "calibrate": Command(
+        "measure this machine (matmuls, bandwidth, operator overhead) into the local profile",
+        "calibrate",
+        "archsearch.cli.cost_cmd:calibrate_cmd",
+        examples=("archsearch calibrate threads=2",),
+    ),
 }
 
 

@@ -33,20 +33,28 @@ def _list_keys(schema: type) -> set[str]:
     for name, tp in typing.get_type_hints(schema).items():
         union = typing.get_origin(tp) in (typing.Union, types.UnionType)
         inner = [a for a in typing.get_args(tp) if a is not type(None)] if union else [tp]
-        if any(typing.get_origin(a) in (list, typing.List) for a in inner):  # noqa: UP006
+        if any(typing.get_origin(a) is list for a in inner):
             out.add(name)
     return out
 
 
+def _dict_keys(schema: type) -> set[str]:
+    """Top-level keys typed as free mappings (the `train` settings of a sweep): their sub-keys
+    are checked by the code that reads them (naming `train.KEY`), not by the schema."""
+    return {
+        name for name, tp in typing.get_type_hints(schema).items() if typing.get_origin(tp) is dict
+    }
+
+
 def _rewrite_lists(
-    overrides: list[str], list_keys: set[str], group_keys: set[str]
+    overrides: list[str], list_keys: set[str], group_keys: set[str], dict_keys: set[str]
 ) -> tuple[list[str], dict[str, Any]]:
     """Prepare `key=value` overrides for Hydra.
 
     `key=a,b,c` becomes a list for list-typed keys. Keys named like a folder of the config tree
     (`arch=` beside conf/arch/, `device=` beside conf/device/) would be read by Hydra as a config
-    group choice, so their parsed values are returned apart and set after composing (still
-    type-checked); there `a,b,c` is the string "a,b,c"."""
+    group choice, and sub-keys of free mappings (`train.lr=`) are not in the schema: both are
+    returned apart, parsed, and set after composing; there `a,b,c` is the string "a,b,c"."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from hydra.errors import HydraException
@@ -61,7 +69,7 @@ def _rewrite_lists(
         value = ov.value()
         key = ov.key_or_group
         simple = isinstance(value, ChoiceSweep) and value.simple_form
-        if key in group_keys:
+        if key in group_keys or ("." in key and key.split(".", 1)[0] in dict_keys):
             later[key] = ",".join(map(str, value.list)) if simple else value
             continue
         if key in list_keys and simple:
@@ -77,6 +85,7 @@ def compose(name: str, overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from archsearch.cli import schemas
@@ -91,16 +100,19 @@ def compose(name: str, overrides: list[str]) -> Any:
                 "with key=value (see --help)"
             )
     _register_schemas()
+    schema = schemas.SCHEMAS[name]
     groups = {p.name for p in conf_dir().iterdir() if p.is_dir()}
-    fields = {f.name for f in dataclasses.fields(schemas.SCHEMAS[name])}
-    overrides, later = _rewrite_lists(overrides, _list_keys(schemas.SCHEMAS[name]), groups & fields)
+    fields = {f.name for f in dataclasses.fields(schema)}
+    overrides, later = _rewrite_lists(
+        overrides, _list_keys(schema), groups & fields, _dict_keys(schema)
+    )
     try:
         with initialize_config_dir(
             config_dir=str(conf_dir()), version_base="1.3", job_name=f"archsearch_{name}"
         ):
             cfg = hydra_compose(config_name=name, overrides=overrides)
         for key, value in later.items():
-            cfg[key] = value
+            OmegaConf.update(cfg, key, value, merge=False, force_add="." in key)
         return cfg
     except (HydraException, OmegaConfBaseException) as err:
         raise UserError(_one_line(err)) from None

@@ -1,1 +1,25 @@
-"""(placeholder)"""
+"""The architecture zoo: every candidate ArchConfig builds into a `LanguageModel`.
+
+`build_model(arch)` is the entry point; `SEQUENCE_MIXERS` and `CHANNEL_MIXERS` are the registries
+keyed by the names of `archsearch.arch` (attention kinds, linear families, MCSD; FFN kinds, MoE).
+"""
+
+from archsearch.models.lm import LanguageModel, State, build_model
+from archsearch.models.registry import (
+    CHANNEL_MIXERS,
+    SEQUENCE_MIXERS,
+    build_channel_mixer,
+    build_sequence_mixer,
+    sequence_mixer_name,
+)
+
+__all__ = [
+    "CHANNEL_MIXERS",
+    "SEQUENCE_MIXERS",
+    "LanguageModel",
+    "State",
+    "build_channel_mixer",
+    "build_model",
+    "build_sequence_mixer",
+    "sequence_mixer_name",
+]

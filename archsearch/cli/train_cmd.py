@@ -1,0 +1,93 @@
+"""`archsearch train`: one sandbox pretraining trial, with a progress bar and a loss curve."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from archsearch.cli import output
+
+
+def run(sub: str | None, cfg: Any) -> int:
+    from archsearch.arch import load_arch
+    from archsearch.trainers.config import TrainConfig
+    from archsearch.trainers.curves import write_curves
+    from archsearch.trainers.trial import run_trial
+
+    output.check_format(cfg.format)
+    arch = load_arch(cfg.arch)
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    train = TrainConfig.from_dict({k: getattr(cfg, k) for k in names})
+    run_dir = Path(cfg.run_dir or f"runs/train/{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if cfg.format == "json":
+        result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume)
+        files = write_curves(result, run_dir)
+        output.print_json({**result.to_dict(), "run_dir": str(run_dir), "files": files})
+        return 0 if result.status == "completed" else 1
+    con = output.console()
+    con.print(f"[bold]{arch.name}[/bold]: {arch.summary()}")
+    con.print(f"budget {train.parsed_budget}, run directory {run_dir}")
+    with _Bar(con) as bar:
+        result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume, progress=bar.update)
+    files = write_curves(result, run_dir)
+    _summary(con, result)
+    con.print("loss curve: " + ", ".join(str(p) for p in files.values()))
+    con.print(f"result: {run_dir / 'result.json'}")
+    return 0 if result.status == "completed" else 1
+
+
+class _Bar:
+    """A rich progress bar, one task per phase (the LM run, then each probe task)."""
+
+    def __init__(self, con):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=con,
+            transient=False,
+        )
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> _Bar:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, fraction: float, info: dict[str, Any]) -> None:
+        phase = info.get("phase", "lm")
+        if phase not in self.tasks:
+            self.tasks[phase] = self.progress.add_task(phase, total=1.0, info="")
+        text = f"step {info['step']}  loss {info['loss']:.4f}"
+        if phase.startswith("probe"):
+            fraction = info["step"] / max(1, info.get("steps", info["step"]))
+        self.progress.update(self.tasks[phase], completed=min(fraction, 1.0), info=text)
+
+
+def _summary(con, r) -> None:
+    from rich.markup import escape
+
+    rows = [
+        ["status", r.status + (f" ({r.failure_reason})" if r.failure_reason else "")],
+        ["stopped early", f"at {r.fraction:.2f} of the budget" if r.stopped_early else "no"],
+        ["steps / tokens", f"{r.steps:,} / {output.human(r.tokens)}"],
+        ["training FLOPs", output.human(r.flops, "FLOP")],
+        ["parameters", output.human(r.n_params)],
+        ["tokens/s", output.human(r.tokens_per_s)],
+        ["wall time", f"{r.wall_s:.1f} s (training {r.train_s:.1f} s)"],
+        ["peak RSS", output.human(r.peak_rss_bytes, "B")],
+    ]
+    rows += [
+        [escape(k), output.fmt_value(v)] for k, v in r.metrics.items()
+    ]  # `[task]` is no markup
+    if r.resumed_from_step is not None:
+        rows.append(["resumed from step", r.resumed_from_step])
+    con.print(output.table("trial", ["", "value"], rows))

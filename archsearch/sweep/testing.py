@@ -1,0 +1,95 @@
+"""Stand-in trainables with known behaviour, for testing and benchmarking the orchestration.
+
+They follow the contract of `archsearch.sweep.trainable.sandbox` (intermediate results with
+`final: False`, then one `final: True` result with the trial result as JSON) but compute a
+synthetic validation loss from the architecture instead of training it, so a sweep's
+bookkeeping (early stopping, faults, resume, clusters) can be checked in seconds:
+
+- `synthetic`: loss = 2 + 40 / sqrt(non-embedding params) + a fixed offset from the hash,
+  shrinking towards its final value over the eval points; `ARCHSEARCH_SYNTHETIC_SLEEP` seconds
+  (default 0.05) between eval points;
+- `faulty`: like `synthetic`, but the architecture's hash picks a fault (`fault_of`): raise an
+  exception, end with a non-finite loss, run out of memory (a real allocation failure), have
+  its worker process killed (SIGKILL, as the OOM killer does), or succeed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from typing import Any
+
+FAULTS = ("raise", "nan", "oom", "kill", "ok")
+
+
+def fault_of(arch_hash: str) -> str:
+    return FAULTS[int(arch_hash, 16) % len(FAULTS)]
+
+
+def synthetic_loss(arch_dict: dict[str, Any]) -> float:
+    from archsearch.arch import ArchConfig
+    from archsearch.cost import columns, params
+
+    arch = ArchConfig.from_dict(arch_dict)
+    n = float(params(columns(arch))["non_embedding_params"][0])
+    return 2.0 + 40.0 / math.sqrt(max(n, 1.0)) + (int(arch.arch_hash, 16) % 97) / 970.0
+
+
+def _run(config: dict[str, Any], fault: str) -> None:
+    from ray import tune
+
+    from archsearch.sweep.trainable import _node_id
+
+    sleep = float(os.environ.get("ARCHSEARCH_SYNTHETIC_SLEEP", "0.05"))
+    final = synthetic_loss(config["arch"])
+    node = _node_id()
+    for i, fraction in enumerate((0.25, 0.5, 0.75)):
+        time.sleep(sleep)
+        if fault == "raise" and i == 1:
+            raise RuntimeError("synthetic failure in the training step")
+        if fault == "oom" and i == 1:
+            import torch
+
+            torch.empty(2**50, dtype=torch.uint8)  # 1 PiB: the allocator refuses
+        if fault == "kill" and i == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        loss = final * (1 + 0.5 * (1 - fraction))
+        tune.report(
+            {
+                "val_loss": loss,
+                "fraction": fraction,
+                "final": False,
+                "node": node,
+                "tokens": 1000 * (i + 1),
+            }
+        )
+    time.sleep(sleep)
+    status, reason, metrics = "completed", None, {"val_loss": final, "val_ppl": math.exp(final)}
+    if fault == "nan":
+        status, reason, metrics = "failed", "non-finite loss (nan) at step 3", {}
+    result = {
+        "status": status,
+        "failure_reason": reason,
+        "metrics": metrics,
+        "fraction": 1.0,
+        "tokens": 4000,
+        "flops": 4000.0 * 6,
+        "steps": 4,
+        "budget": "tokens:4000",
+        "curve": [[1, 1000, final * 1.3], [4, 4000, final]],
+        "evals": [],
+    }
+    tune.report({**metrics, "final": True, "node": node, "result_json": json.dumps(result)})
+
+
+def synthetic(config: dict[str, Any]) -> None:
+    _run(config, "ok")
+
+
+def faulty(config: dict[str, Any]) -> None:
+    from archsearch.arch import ArchConfig
+
+    _run(config, fault_of(ArchConfig.from_dict(config["arch"]).arch_hash))

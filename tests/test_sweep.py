@@ -1,0 +1,226 @@
+"""Sweeps end to end on a real local Ray runtime and a real SQLite study: multi-objective
+bookkeeping with early stopping, faults, resume after SIGKILL, bad input, containment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from archsearch.sweep.study import open_storage, records
+from archsearch.sweep.testing import fault_of
+
+EXE = str(Path(sys.executable).with_name("archsearch"))
+pytestmark = pytest.mark.slow
+
+
+def sweep(
+    tmp_path: Path, *args: str, env: dict | None = None, timeout: int = 300, name: str = "run"
+) -> subprocess.CompletedProcess:
+    run_dir = tmp_path / name
+    cmd = [EXE, "sweep", f"run_dir={run_dir}", "format=json", *args]
+    full_env = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.02", **(env or {})}
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=full_env
+    )
+
+
+def study_of(run_dir: Path, name: str = "tiny"):
+    return optuna.load_study(
+        study_name=name, storage=open_storage(f"sqlite:///{run_dir / 'study.db'}")
+    )
+
+
+def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path):
+    res = sweep(
+        tmp_path,
+        "trials=12",
+        "concurrency=1",
+        "seed=3",
+        "trainable=archsearch.sweep.testing:synthetic",
+        "early_stopping=asha",
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    study = study_of(tmp_path / "run")
+    assert len(study.directions) == 2  # still multi-objective
+    recs = records(study)
+    assert not [r for r in recs if r.state == "RUNNING"]
+    trained = [r for r in recs if r.status == "trained"]
+    stopped = [r for r in recs if r.status == "stopped_early"]
+    assert len(trained) + len(stopped) == 12 == summary["trained_in_study"]
+    assert stopped, "ASHA stopped nothing: the test space no longer exercises early stopping"
+    for r in trained:
+        assert r.state == "COMPLETE" and len(r.values) == 2
+        assert r.attrs["budget"]["fraction"] == 1.0
+    for r in stopped:
+        assert r.state == "PRUNED" and r.values is None
+        assert r.attrs["budget"]["fraction"] < 1.0
+        assert "early-stopping" in r.reason
+    front_trials = {row["trial"] for row in summary["front"]}
+    assert front_trials and front_trials <= {r.number for r in trained}
+    # Optuna's own view agrees: no stopped trial is among its best trials
+    assert {t.number for t in study.best_trials}.isdisjoint({r.number for r in stopped})
+    # untrained candidates are recorded with their reason and cost numbers, never trained
+    for r in recs:
+        if r.status in ("infeasible", "invalid", "duplicate"):
+            assert r.state in ("PRUNED", "COMPLETE") and "trial_dir" not in r.attrs
+        if r.status == "infeasible":
+            assert r.attrs["costs"] and r.attrs["device_costs"]["rpi5"]
+            assert any(v > 0 for v in r.constraints.values())
+    # every trial stores the cost numbers of every device profile
+    for r in trained:
+        assert {"rpi5", "nvidia_a10", "jetson_orin_nx"} <= set(r.attrs["device_costs"])
+        assert r.attrs["arch"]["d_model"] in (64, 128)
+
+
+def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
+    res = sweep(
+        tmp_path, "trials=10", "trainable=archsearch.sweep.testing:faulty", "early_stopping=none"
+    )
+    assert res.returncode == 0, res.stderr
+    recs = records(study_of(tmp_path / "run"))
+    attempted = [r for r in recs if r.status in ("trained", "failed")]
+    assert len(attempted) == 10
+    expected = {
+        "raise": "synthetic failure",
+        "nan": "non-finite",
+        "oom": "allocate",
+        "kill": "died",
+        "ok": "",
+    }
+    seen = set()
+    for r in attempted:
+        fault = fault_of(r.attrs["arch_hash"])
+        seen.add(fault)
+        if fault == "ok":
+            assert r.status == "trained" and r.state == "COMPLETE"
+        else:
+            assert r.status == "failed" and r.state == "FAIL", (fault, r.reason)
+            assert expected[fault] in r.reason, (fault, r.reason)
+    assert {"raise", "oom"} <= seen  # the sampler reached several kinds of fault
+
+
+def _trained(run_dir: Path) -> dict[int, list[float]]:
+    try:
+        recs = records(study_of(run_dir))
+    except Exception:  # the study may not exist yet
+        return {}
+    return {r.number: r.values for r in recs if r.state == "COMPLETE" and r.status == "trained"}
+
+
+def test_resume_after_the_driver_is_killed(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [
+        EXE,
+        "sweep",
+        f"run_dir={run_dir}",
+        "trials=6",
+        "concurrency=2",
+        "trainable=archsearch.sweep.testing:synthetic",
+        "early_stopping=none",
+    ]
+    env = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.6"}
+    proc = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and len(_trained(run_dir)) < 2:
+            time.sleep(0.5)
+        before = _trained(run_dir)
+        assert len(before) >= 2, "no trial finished before the deadline"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+        proc.wait()
+    study = study_of(run_dir)
+    running = [t.number for t in study.get_trials() if t.state.name == "RUNNING"]
+    assert running, "the kill came after the sweep had finished"
+    res = subprocess.run(
+        args,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.02"},
+    )
+    assert res.returncode == 0, res.stderr
+    recs = records(study_of(run_dir))
+    after = {r.number: r.values for r in recs if r.state == "COMPLETE" and r.status == "trained"}
+    for number, values in before.items():  # completed trials kept, untouched
+        assert after[number] == values
+    for number in running:  # interrupted ones marked failed...
+        r = next(r for r in recs if r.number == number)
+        assert r.state == "FAIL" and r.status == "interrupted"
+    # ...and the study completes: six trained trials in all
+    assert len([r for r in recs if r.status in ("trained", "stopped_early", "failed")]) == 6
+    assert not [r for r in recs if r.state == "RUNNING"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["storage.url=postgresql+psycopg2://nobody@127.0.0.1:1/none"], "cannot reach the study"),
+        (["device=toaster"], "unknown device 'toaster'"),
+        (["ray.address=127.0.0.1:1"], "cannot reach a Ray cluster"),
+        (["trials=0"], "trials"),
+        (["sampler=grid"], "unknown sampler"),
+        (["train.learning_rate=1"], "train.learning_rate"),
+        (["budget=tokens:lots"], "budget"),
+    ],
+)
+def test_bad_input_exits_2_and_leaves_no_study(tmp_path, args, fragment):
+    res = sweep(tmp_path, *args, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_space_without_feasible_candidates_exits_2(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "base: tiny_gqa\nparams:\n  n_layers: choice(2, 4)\n"
+        "constraints:\n  - {metric: params, max: 1000}\n"
+        "objectives:\n  - {metric: val_loss}\n"
+    )
+    res = sweep(tmp_path, f"space_file={space}", timeout=120)
+    assert res.returncode == 2
+    assert "no feasible candidate" in res.stderr and "params" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_main_job_trains_real_models_and_keeps_ray_contained(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    before = {p.name for p in Path("/tmp").glob("archsearch-ray-*")}
+    res = sweep(
+        tmp_path,
+        "trials=2",
+        "budget=tokens:6K",
+        "train.eval_batches=2",
+        env={"HOME": str(home)},
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["trained_in_study"] == 2 and summary["front"]
+    recs = records(study_of(tmp_path / "run"))
+    trained = [r for r in recs if r.status == "trained"]
+    assert trained and all(r.values[0] > 0 for r in trained)
+    assert all(r.attrs["train_metrics"]["tokens_per_s"] > 0 for r in trained)
+    assert all(r.attrs["budget"]["tokens"] > 0 for r in trained)
+    assert list(home.iterdir()) == []  # no ~/.ray, no ~/ray_results
+    assert {p.name for p in Path("/tmp").glob("archsearch-ray-*")} == before
