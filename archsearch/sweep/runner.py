@@ -71,6 +71,10 @@ def ray_session(address: str | None, num_cpus: int | None, verbose: bool):
         "log_to_driver": verbose,
         "logging_level": logging.INFO if verbose else logging.ERROR,
     }
+    # settings for our own code (ARCHSEARCH_*) reach the workers of an existing cluster too
+    env_vars = {k: v for k, v in os.environ.items() if k.startswith("ARCHSEARCH_")}
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
     temp_dir = None
     try:
         if address:

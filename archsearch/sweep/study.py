@@ -30,6 +30,19 @@ from archsearch.errors import UserError
 
 STUDY_META_KEY = "archsearch"
 STATUS_TRAINED = "trained"
+# user attributes stored as JSON text (Optuna keeps attributes as JSON values already, but
+# nested ones are written as text so optuna-dashboard shows them in one cell)
+JSON_ATTRS = (
+    "arch",
+    "costs",
+    "device_costs",
+    "budget",
+    "curve",
+    "train_metrics",
+    "measured_latency",
+    "intermediate",
+    "probes",
+)
 STATUSES = (
     "trained",
     "stopped_early",
@@ -167,7 +180,7 @@ def records(study) -> list[TrialRecord]:
     out = []
     for t in study.get_trials(deepcopy=False):
         attrs = dict(t.user_attrs)
-        for key in ("arch", "costs", "device_costs", "budget", "curve", "train_metrics"):
+        for key in JSON_ATTRS:
             if isinstance(attrs.get(key), str):
                 attrs[key] = json.loads(attrs[key])
         out.append(
