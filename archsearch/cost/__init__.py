@@ -42,7 +42,18 @@ def columns(arch: ArchConfig) -> Columns:
 
 
 def metric_values(c: Columns, spec: MetricSpec) -> np.ndarray:
-    """A cost metric of the space language for every row of a table."""
+    """A cost metric of the space language for every row of a table (rows are evaluated in
+    groups that use the same modules)."""
+    groups = c.groups()
+    if len(groups) == 1:
+        return _metric_values(c, spec)
+    out = np.empty(c.n)
+    for idx, sub in groups:
+        out[idx] = _metric_values(sub, spec)
+    return out
+
+
+def _metric_values(c: Columns, spec: MetricSpec) -> np.ndarray:
     a = dict(spec.args)
     m = spec.metric
     if m in ("params", "non_embedding_params", "active_params"):

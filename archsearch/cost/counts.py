@@ -22,6 +22,7 @@ one row.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -81,6 +82,38 @@ class Columns:
         rows = [_row(a.resolved()) for a in archs]
         names = [f.name for f in fields(cls)]
         return cls(**{k: np.array([r[k] for r in rows], dtype=np.float64) for k in names})
+
+    def signature(self) -> np.ndarray:
+        """Rows with the same signature use the same modules (see `model_ops`)."""
+        return (
+            self.fam
+            + 1
+            + 10 * self.mla
+            + 20 * (self.E > 0)
+            + 40 * (self.nN > 0)
+            + 80 * (self.nL > 0)
+            + 160 * (self.nM > 0)
+        )
+
+    def groups(self) -> list[tuple[np.ndarray, Columns]]:
+        """(row indices, sub-table) per signature; computed once per table."""
+        cached = self.__dict__.get("_groups")
+        if cached is None:
+            keys = self.signature().astype(np.int32)
+            order = np.argsort(keys, kind="stable")
+            bounds = np.flatnonzero(np.diff(keys[order])) + 1
+            if len(bounds) == 0:
+                cached = [(np.arange(self.n), self)]
+            else:  # permute every column once; each group is then a slice (a view)
+                names = [f.name for f in fields(self)]
+                permuted = {k: getattr(self, k)[order] for k in names}
+                edges = [0, *bounds.tolist(), self.n]
+                cached = [
+                    (order[a:b], Columns(**{k: v[a:b] for k, v in permuted.items()}))
+                    for a, b in itertools.pairwise(edges)
+                ]
+            self.__dict__["_groups"] = cached
+        return cached
 
     def take(self, mask: np.ndarray) -> Columns:
         return Columns(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
@@ -182,15 +215,15 @@ class Op:
 LAUNCHES = {
     "gqa": (43, 37, 0),
     "mla": (93, 81, 0),
-    "linear_attention": (54, 78, 2),
-    "retnet": (62, 104, 4),
-    "gla": (71, 128, 4),
-    "deltanet": (87, 120, 35),
-    "gated_deltanet": (102, 130, 35),
-    "mamba2": (74, 117, 4),
-    "hgrn2": (62, 119, 4),
-    "rwkv6": (112, 171, 4),
-    "mcsd": (71, 177, 6),
+    "linear_attention": (54, 74, 4),
+    "retnet": (62, 100, 6),
+    "gla": (71, 125, 6),
+    "deltanet": (87, 151, 36),
+    "gated_deltanet": (102, 162, 36),
+    "mamba2": (74, 113, 6),
+    "hgrn2": (62, 116, 6),
+    "rwkv6": (112, 168, 6),
+    "mcsd": (71, 179, 7),
 }
 FFN_LAUNCHES = {"gated": 12, "plain": 10}
 MOE_LAUNCHES = (16, 10)  # fixed, per routed expert used (shared experts count as FFNs)
@@ -349,7 +382,12 @@ def mla_ops(c: Columns, p: Phase) -> list[Op]:
         ]
     ops += [
         linear_op("mla.o_proj", N, H * dv, d),
-        Op("mla.norms+rope", acts=N * (2 * dc + 3 * (H + 1) * dr), kind="elementwise"),
+        Op(
+            "mla.norms+rope",
+            acts=N * (2 * dc + 3 * (H + 1) * dr),
+            kind="elementwise",
+            launches=launches("mla", p),
+        ),
     ]
     return ops
 
@@ -484,9 +522,14 @@ def linear_mixer_ops(c: Columns, p: Phase) -> list[Op]:
             acts=6.0 * N * (2 * H * dk + 2 * H * dv),
             kind="elementwise",
             state=np.where(p.kind == "step", 2.0 * p.B * d * rw, 0.0),
+            launches=np.select(
+                [fam == i for i in FAMILY_CODE.values()],
+                [np.full_like(d, launches(f, p)) for f in FAMILY_CODE],
+                0.0,
+            ),
         ),
     ]
-    return ops
+    return [op for op in ops if op is not None]
 
 
 def mcsd_ops(c: Columns, p: Phase) -> list[Op]:
@@ -512,7 +555,7 @@ def mcsd_ops(c: Columns, p: Phase) -> list[Op]:
     else:
         ops.append(Op("mcsd.ema", state=2 * 2.0 * B * d, acts=4.0 * B * d, kind="scan"))
     ops += [
-        Op("mcsd.gates+norm", acts=10.0 * N * d, kind="elementwise"),
+        Op("mcsd.gates+norm", acts=10.0 * N * d, kind="elementwise", launches=launches("mcsd", p)),
         linear_op("mcsd.o_proj", N, 2 * d, d),
     ]
     return ops
@@ -524,7 +567,12 @@ def ffn_ops(c: Columns, p: Phase, width, tokens=None, count=1.0, name="ffn") -> 
     w_in = (1 + c.gated) * width
     return [
         linear_op(f"{name}.w_in", N, c.d, w_in, count=count),
-        Op(f"{name}.act", acts=N * (w_in + width) * count, kind="elementwise"),
+        Op(
+            f"{name}.act",
+            acts=N * (w_in + width) * count,
+            kind="elementwise",
+            launches=np.where(c.gated > 0, FFN_LAUNCHES["gated"], FFN_LAUNCHES["plain"]) * count,
+        ),
         linear_op(f"{name}.down", N, width, c.d, count=count),
     ]
 
@@ -554,8 +602,10 @@ def moe_ops(c: Columns, p: Phase) -> list[Op]:
     return ops
 
 
-def _scale(op: Op, factor) -> Op:
-    """The op on the rows where factor is 1 (0 elsewhere)."""
+def _scale(op: Op, factor) -> Op | None:
+    """The op on the rows where factor is 1 (0 elsewhere); None when it applies to no row."""
+    if not np.any(factor):
+        return None
     for f in ("flops", "weights", "acts", "state", "extra_flops", "backward_extra"):
         setattr(op, f, getattr(op, f) * factor)
     return op
@@ -569,37 +619,43 @@ class LayerOps:
 
 
 def model_ops(c: Columns, p: Phase, *, lm_head: bool = True) -> list[tuple[np.ndarray, Op]]:
-    """Every op of the model with its multiplicity per row: [(count, op)]."""
+    """Every op of the model with its multiplicity per row: [(count, op)]. Modules that no row
+    of the table uses are left out (so tables of one kind of model are cheap)."""
     out: list[tuple[np.ndarray, Op]] = []
     N = p.tokens
-    is_mla = c.mla
-    for op in attention_ops(c, p):
-        out.append((c.nN * (1 - is_mla), op))
-    for op in mla_ops(c, p):
-        out.append((c.nN * is_mla, op))
-    for op in linear_mixer_ops(c, p):
-        out.append((c.nL, op))
-    for op in mcsd_ops(c, p):
-        out.append((c.nM, op))
+    ones = np.ones_like(c.d)
     dense = (c.E == 0).astype(np.float64)
-    for op in ffn_ops(c, p, c.F):
-        out.append((c.L * dense, op))
-    for op in moe_ops(c, p):
-        out.append((c.L * (1 - dense), op))
-    for op in norm_ops("block.norms", c, p, c.d, count=2.0):
-        out.append((c.L, op))
+    modules = (
+        (c.nN * (1 - c.mla), attention_ops),
+        (c.nN * c.mla, mla_ops),
+        (c.nL, linear_mixer_ops),
+        (c.nM, mcsd_ops),
+        (c.L * dense, lambda c, p: ffn_ops(c, p, c.F)),
+        (c.L * (1 - dense), moe_ops),
+    )
+    for count, ops in modules:
+        if np.any(count):
+            out += [(count, op) for op in ops(c, p)]
+    out += [(c.L, op) for op in norm_ops("block.norms", c, p, c.d, count=2.0)]
     out.append(
         (c.L, Op("block.residual", acts=6.0 * N * c.d, kind="elementwise", launches=BLOCK_LAUNCHES))
     )
     out.append(
         (
-            np.ones_like(c.d),
-            Op("embedding", weights=N * c.d, acts=N * c.d, kind="elementwise", backward=0.0),
+            ones,
+            Op(
+                "embedding",
+                weights=N * c.d,
+                acts=N * c.d,
+                kind="elementwise",
+                backward=0.0,
+                launches=MODEL_LAUNCHES,
+            ),
         )
     )
-    out += [(np.ones_like(c.d), op) for op in norm_ops("final.norm", c, p, c.d)]
+    out += [(ones, op) for op in norm_ops("final.norm", c, p, c.d)]
     if lm_head:
-        out.append((np.ones_like(c.d), linear_op("lm_head", N, c.d, c.V)))
+        out.append((ones, linear_op("lm_head", N, c.d, c.V)))
     return out
 
 
@@ -667,7 +723,15 @@ def channel_params(c: Columns) -> tuple[np.ndarray, np.ndarray]:
 
 
 def params(c: Columns) -> dict[str, np.ndarray]:
-    """Total, embedding, non-embedding and active parameters (tied weights counted once)."""
+    """Total, embedding, non-embedding and active parameters (tied weights counted once);
+    computed once per table."""
+    cached = c.__dict__.get("_params")
+    if cached is None:
+        cached = c.__dict__["_params"] = _params(c)
+    return cached
+
+
+def _params(c: Columns) -> dict[str, np.ndarray]:
     ch_total, ch_active = channel_params(c)
     mixers = c.nN * attention_params(c) + c.nL * linear_params(c) + c.nM * mcsd_params(c)
     blocks = mixers + c.L * (2 * c.d) + c.d  # block norms + final norm

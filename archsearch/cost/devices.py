@@ -51,8 +51,12 @@ class DeviceProfile:
         return self.peak_flops[COMPUTE_CLASS_OF[precision]]
 
     def eff(self, precision: str) -> Efficiency:
+        """The efficiencies of a precision's compute class (fp32 falls back to fp16's)."""
         cls = COMPUTE_CLASS_OF[precision]
-        return self.efficiency.get(cls) or self.efficiency.get("default") or Efficiency()
+        for key in (cls, "fp16", "default"):
+            if key in self.efficiency:
+                return self.efficiency[key]
+        return Efficiency()
 
 
 def _number(raw: Any, *, source: str, key: str) -> float:
