@@ -59,9 +59,15 @@ class DeviceProfile:
         return Efficiency()
 
 
-def _number(raw: Any, *, source: str, key: str) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw <= 0:
-        raise UserError(f"expected a positive number, got {raw!r}", source=source, key=key)
+def _number(raw: Any, *, source: str, key: str, zero_ok: bool = False) -> float:
+    if (
+        isinstance(raw, bool)
+        or not isinstance(raw, (int, float))
+        or raw < 0
+        or (raw == 0 and not zero_ok)
+    ):
+        what = "a number >= 0" if zero_ok else "a positive number"
+        raise UserError(f"expected {what}, got {raw!r}", source=source, key=key)
     return float(raw)
 
 
@@ -116,7 +122,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
                 key=f"efficiency.{cls}.{bad[0]}",
             )
         values = {
-            k: _number(v, source=source, key=f"efficiency.{cls}.{k}")
+            k: _number(v, source=source, key=f"efficiency.{cls}.{k}", zero_ok=k == "op_overhead_s")
             for k, v in entry.items()
             if k != "source"
         }

@@ -125,20 +125,30 @@ def op_seconds(
     bw = device.memory_bandwidth * eff.bandwidth
     wb, ab, sb = WEIGHT_BITS[precision] / 8.0, ACT_BYTES[precision], cache_bits(precision) / 8.0
     out = []
-    for count, op in model_ops(c, phase, lm_head=True):
+    for count, op in cached_ops(c, phase):
+        flops, acts, rows = op.flops, op.acts, op.rows
         if op.name == "lm_head" and lm_head_tokens is not None:
             scale = phase.B * lm_head_tokens / phase.tokens
-            op.flops, op.acts, op.rows = op.flops * scale, op.acts * scale, phase.B * lm_head_tokens
-        mem = (op.weights * wb + op.acts * ab + op.state * sb) / bw
+            flops, acts, rows = flops * scale, acts * scale, phase.B * lm_head_tokens
+        mem = (op.weights * wb + acts * ab + op.state * sb) / bw
         if op.kind == "elementwise":
             t = mem
         else:
             peak = peak_w if op.kind == "matmul" else peak_a
-            rows = np.maximum(np.asarray(op.rows, dtype=np.float64), 1.0)
+            rows = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
             e = eff.compute * rows / (rows + eff.half_rows)
-            t = np.maximum((op.flops + op.extra_flops) / (peak * e), mem)
+            t = np.maximum((flops + op.extra_flops) / (peak * e), mem)
         out.append((op.name, count * (t + op.launches * eff.op_overhead_s)))
     return out
+
+
+def cached_ops(c: Columns, phase: Phase) -> list:
+    """`model_ops` of a phase, computed once per table (devices and precisions share them)."""
+    cache = c.__dict__.setdefault("_ops", {})
+    key = (phase.kind, phase.T, phase.n0, phase.B, phase.causal)
+    if key not in cache:
+        cache[key] = model_ops(c, phase, lm_head=True)
+    return cache[key]
 
 
 def phase_seconds(

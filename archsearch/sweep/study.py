@@ -100,12 +100,29 @@ def _redact(url: str) -> str:
 
 
 def open_storage(url: str):
+    """Optuna's RDB storage. SQLite files run in WAL mode with synchronous=NORMAL: a commit
+    survives a killed process (as a sweep's resume needs) and costs about a millisecond
+    instead of tens of milliseconds of fsyncs, and readers (the dashboard) never block the
+    sweep."""
     import optuna
 
     engine_kwargs: dict[str, Any] = {"connect_args": _connect_args(url)}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    if url.startswith("sqlite"):
+        from sqlalchemy import event
+
+        event.listen(storage.engine, "connect", _sqlite_pragmas)
+        storage.engine.dispose()  # connections opened while creating the tables: reopen
+    return storage
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 def study_meta(study) -> dict[str, Any]:
