@@ -93,3 +93,32 @@ def faulty(config: dict[str, Any]) -> None:
     from archsearch.arch import ArchConfig
 
     _run(config, fault_of(ArchConfig.from_dict(config["arch"]).arch_hash))
+
+
+def replay(config: dict[str, Any]) -> None:
+    """Replay a recorded sandbox trial instead of training: the eval points and the final result
+    of the same architecture and settings, from the JSON file named by ARCHSEARCH_REPLAY_CACHE
+    (keyed by arch hash; written by benchmarks/bench_search_efficiency.py). Training is seeded
+    and deterministic, so this reports what retraining would, in milliseconds."""
+    from pathlib import Path
+
+    from ray import tune
+
+    from archsearch.arch import ArchConfig
+    from archsearch.sweep.trainable import _node_id
+
+    cache = json.loads(Path(os.environ["ARCHSEARCH_REPLAY_CACHE"]).read_text())
+    result = cache[ArchConfig.from_dict(config["arch"]).arch_hash]
+    node = _node_id()
+    for point in result["evals"]:
+        if point["fraction"] < 1.0:
+            tune.report(
+                {
+                    **{k: v for k, v in point.items() if isinstance(v, (int, float))},
+                    "final": False,
+                    "node": node,
+                }
+            )
+    tune.report(
+        {**result["metrics"], "final": True, "node": node, "result_json": json.dumps(result)}
+    )
