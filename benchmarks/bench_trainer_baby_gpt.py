@@ -1,7 +1,7 @@
 """nanoGPT's CPU "baby GPT" on Tiny Shakespeare characters, trained by `archsearch.trainers`
 and, side by side in the same process, by a plain PyTorch loop of the same model.
 
-    python benchmarks/bench_trainer_baby_gpt.py [--data PATH] [--threads 2] [--iters 2000]
+    python benchmarks/bench_trainer_baby_gpt.py [--data PATH] [--threads 1] [--iters 2000]
 
 The recipe of nanoGPT's README (config/train_shakespeare_char.py with the CPU overrides):
 4 layers, 4 heads, width 128, block 64, batch 12, 2000 iterations, dropout 0, AdamW lr 1e-3
@@ -81,7 +81,9 @@ def nanogpt_lr(it: int, iters: int) -> float:
     return MIN_LR + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (LR - MIN_LR)
 
 
-def plain_loop(arch, train: np.ndarray, val: np.ndarray, iters: int, threads: int) -> dict:
+def plain_loop(
+    arch, train: np.ndarray, val: np.ndarray, iters: int, threads: int, evaluate: bool = True
+) -> dict:
     """nanoGPT's train.py reduced to its loop, training the same archsearch model."""
     torch.set_num_threads(threads)
     torch.manual_seed(1337)
@@ -120,13 +122,35 @@ def plain_loop(arch, train: np.ndarray, val: np.ndarray, iters: int, threads: in
         opt.zero_grad(set_to_none=True)
         train_s += time.perf_counter() - t0
     wall = time.perf_counter() - start
-    val_loss = estimate_loss(val_t)
     return {
-        "val_loss": val_loss,
-        "train_loss_estimate": estimate_loss(train_t),
+        "val_loss": estimate_loss(val_t) if evaluate else None,
+        "train_loss_estimate": estimate_loss(train_t) if evaluate else None,
         "train_s": train_s,
         "wall_s": wall,
         "tokens_per_s": iters * BATCH * BLOCK / train_s,
+    }
+
+
+def interleaved_speed(arch, cfg: TrainConfig, corpus, steps: int, repeats: int) -> dict:
+    """Tokens/s of the trainer and of the plain loop, alternating short runs so that both see
+    the same background load; medians of `repeats`."""
+    trainer, plain = [], []
+    short = cfg.replace(budget=f"steps:{steps}", eval_at=(1.0,), eval_batches=1)
+    train, val = np.asarray(corpus.train), np.asarray(corpus.val)
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            trainer.append(run_trial(arch, short, run_dir=d).tokens_per_s)
+        plain.append(
+            plain_loop(arch, train, val, steps, cfg.threads, evaluate=False)["tokens_per_s"]
+        )
+    return {
+        "steps_per_run": steps,
+        "repeats": repeats,
+        "trainer_tokens_per_s": trainer,
+        "plain_tokens_per_s": plain,
+        "trainer_median": statistics.median(trainer),
+        "plain_median": statistics.median(plain),
+        "ratio_trainer_over_plain": statistics.median(trainer) / statistics.median(plain),
     }
 
 
@@ -147,7 +171,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--iters", type=int, default=2000)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--speed-steps", type=int, default=150)
+    ap.add_argument("--speed-repeats", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench_trainer_baby_gpt.json"))
     args = ap.parse_args()
     arch = load_arch("baby_gpt")
@@ -162,6 +188,7 @@ def main() -> None:
         arch, np.asarray(corpus.train), np.asarray(corpus.val), args.iters, args.threads
     )
     startup = startup_seconds(arch, cfg)
+    speed = interleaved_speed(arch, cfg, corpus, args.speed_steps, args.speed_repeats)
 
     report = {
         "benchmark": "nanoGPT baby GPT on Tiny Shakespeare characters",
@@ -201,7 +228,8 @@ def main() -> None:
             "startup_s_median": startup,
         },
         "plain_pytorch_loop": plain,
-        "trainer_vs_plain_tokens_per_s": result.tokens_per_s / plain["tokens_per_s"],
+        "trainer_vs_plain_tokens_per_s_full_runs": result.tokens_per_s / plain["tokens_per_s"],
+        "interleaved_speed": speed,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -217,6 +245,11 @@ def main() -> None:
     print(
         f"{'plain PyTorch loop':22} {p['val_loss']:>9.4f} {p['train_s']:>8.1f} "
         f"{p['wall_s']:>8.1f} {p['tokens_per_s']:>9.0f}"
+    )
+    print(
+        f"interleaved {args.speed_repeats} x {args.speed_steps} steps, median tokens/s: trainer "
+        f"{speed['trainer_median']:.0f}, plain {speed['plain_median']:.0f} "
+        f"(ratio {speed['ratio_trainer_over_plain']:.3f})"
     )
     print(f"trial start-up on a warm cache (median of 5): {startup:.2f} s")
     print(f"load average before/after: {load_before} / {report['machine']['loadavg_after']}")

@@ -315,17 +315,17 @@ class _Trial:
     def _sample_rss(self) -> None:
         self.result.peak_rss_bytes = max(self.result.peak_rss_bytes, _rss())
 
-    def _check_fits(self, vocab: int, seq_len: int, what: str, key: str) -> None:
+    def _check_fits(self, vocab: int, seq_len: int, what: str, keys: tuple[str, str]) -> None:
+        """The data must fit the model: `keys` name the vocabulary and length settings."""
         a = self.arch
         if vocab > a.vocab_size:
             raise UserError(
                 f"{what} has {vocab} tokens but the architecture's vocab_size is {a.vocab_size}",
-                key=key,
+                key=keys[0],
             )
         if seq_len > a.max_seq_len:
             raise UserError(
-                f"{seq_len} exceeds the architecture's max_seq_len {a.max_seq_len}",
-                key="probe_seq_len" if what.startswith("probe") else "seq_len",
+                f"{seq_len} exceeds the architecture's max_seq_len {a.max_seq_len}", key=keys[1]
             )
 
     # -- run ------------------------------------------------------------------------------------
@@ -364,7 +364,10 @@ class _Trial:
             cache_dir=cfg.cache_dir,
         )
         self._check_fits(
-            corpus.vocab_size, cfg.seq_len, f"the {cfg.tokenizer} tokenizer", "tokenizer"
+            corpus.vocab_size,
+            cfg.seq_len,
+            f"the {cfg.tokenizer} tokenizer",
+            ("tokenizer", "seq_len"),
         )
         windows = eval_windows(corpus.val, cfg.seq_len, cfg.eval_batches * cfg.batch_size)
         tokens = train_tokens(self.arch, cfg)
@@ -455,7 +458,8 @@ class _Trial:
         tasks = [t for t in cfg.probe_tasks if t not in r.probes]
         for task in tasks:
             probe = Probe(task, cfg.probe_vocab, cfg.probe_seq_len)
-            self._check_fits(probe.vocab_size, probe.seq_len, f"probe task {task!r}", "probe_vocab")
+            keys = ("probe_vocab", "probe_seq_len")
+            self._check_fits(probe.vocab_size, probe.seq_len, f"probe task {task!r}", keys)
             r.probes[task] = self._train_probe(probe, cfg.probe_tasks.index(task))
             r.metrics[f"probe_acc[{task}]"] = r.probes[task]["acc"]
             r.metrics.pop("probe_acc", None)  # the mean over the tasks so far, listed last

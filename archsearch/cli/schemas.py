@@ -64,8 +64,6 @@ class TrainCmdConfig:
     keep_checkpoint: bool = MISSING
 
 
-
-
 @dataclass
 class StorageSection:
     url: str | None = None
@@ -141,6 +139,55 @@ class CalibrateConfig:
     format: str = MISSING
 
 
+@dataclass
+class ParetoConfig:
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    device: str | None = MISSING
+    x: str | None = MISSING
+    y: str | None = MISSING
+    z: str | None = MISSING
+    reference: list[float] = field(default_factory=lambda: MISSING)
+    out: str | None = MISSING
+    plots: bool = MISSING
+    format: str = MISSING
+
+
+@dataclass
+class ExportConfig:
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    trial: int | None = MISSING
+    name: str | None = MISSING
+    out: str | None = MISSING
+    format: str = MISSING
+
+
+@dataclass
+class DashboardConfig:
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    host: str = MISSING
+    port: int = MISSING
+    format: str = MISSING
+
+
+@dataclass
+class ProfileConfig:
+    arch: str = MISSING
+    device: str = MISSING
+    precision: str = MISSING
+    prompt: int = MISSING
+    lengths: list[int] = field(default_factory=lambda: MISSING)
+    batches: list[int] = field(default_factory=lambda: MISSING)
+    repeats: int = MISSING
+    threads: int = MISSING
+    measure: bool = MISSING
+    max_params: str = MISSING
+    out: str | None = MISSING
+    format: str = MISSING
+
+
 SCHEMAS: dict[str, type] = {
     "space": SpaceConfig,
     "train": TrainCmdConfig,
@@ -148,4 +195,8 @@ SCHEMAS: dict[str, type] = {
     "cost": CostConfig,
     "prune": PruneConfig,
     "calibrate": CalibrateConfig,
+    "pareto": ParetoConfig,
+    "export": ExportConfig,
+    "dashboard": DashboardConfig,
+    "profile": ProfileConfig,
 }
