@@ -8,7 +8,7 @@ STAMP := $(VENV)/.archsearch-installed
 .PHONY: run test lint setup clean
 
 run: $(STAMP)
-	$(VENV)/bin/archsearch space sample search_space=tiny n=20
+	$(VENV)/bin/archsearch sweep
 
 test: $(STAMP)
 	$(PY) -m pytest -q

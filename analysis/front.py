@@ -10,6 +10,7 @@ the other).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -70,10 +71,12 @@ def _num(v: str) -> Any:
 
 def value_of(record: TrialRecord, label: str, objectives: list[str]) -> float | None:
     """A trial's value of an objective label: stored objective values first, then the stored
-    device-dependent and device-independent cost numbers."""
+    device-dependent and device-independent cost numbers, then the stored training results
+    (probe accuracies; perplexity from the loss), and last the cost model on the stored
+    architecture (for a metric or device the sweep did not price)."""
     if label in objectives and record.values is not None:
         return float(record.values[objectives.index(label)])
-    _, args = parse_label(label)
+    name, args = parse_label(label)
     if "device" in args:
         v = record.attrs.get("device_costs", {}).get(args["device"], {}).get(label)
         if v is not None:
@@ -82,7 +85,44 @@ def value_of(record: TrialRecord, label: str, objectives: list[str]) -> float | 
     if label in costs:
         return float(costs[label])
     metrics = record.attrs.get("metrics", {})
-    return float(metrics[label]) if label in metrics else None
+    if label in metrics:
+        return float(metrics[label])
+    if name not in METRICS:
+        return None
+    if METRICS[name].phase == "train":
+        return _training_value(record, name, args, objectives)
+    return _cost_model_value(record, label)
+
+
+def _training_value(
+    record: TrialRecord, name: str, args: dict[str, str], objectives: list[str]
+) -> float | None:
+    if name == "probe_acc":
+        probe = record.attrs.get("probes", {}).get(args.get("task", "recall"))
+        return float(probe["acc"]) if isinstance(probe, dict) and "acc" in probe else None
+    if name == "val_ppl":
+        loss = value_of(record, "val_loss", objectives)
+        return math.exp(loss) if loss is not None else None
+    return None
+
+
+_COST_CACHE: dict[tuple[str, str], float] = {}
+
+
+def _cost_model_value(record: TrialRecord, label: str) -> float | None:
+    """The cost model's value of a cost metric for the trial's stored architecture."""
+    arch = record.attrs.get("arch")
+    if not isinstance(arch, dict):
+        return None
+    key = (json.dumps(arch, sort_keys=True), label)
+    if key not in _COST_CACHE:
+        from archsearch.arch import ArchConfig
+        from archsearch.cost import metric_value
+
+        name, args = parse_label(label)
+        spec = MetricSpec(name, tuple((k, _num(args[k])) for k in METRICS[name].args if k in args))
+        _COST_CACHE[key] = metric_value(ArchConfig.from_dict(arch), spec)
+    return _COST_CACHE[key]
 
 
 def candidates(records: list[TrialRecord]) -> list[TrialRecord]:
@@ -126,8 +166,8 @@ def non_dominated(values: np.ndarray, axes: list[Axis]) -> np.ndarray:
 
 
 def front(records: list[TrialRecord], axes: list[Axis], objectives: list[str]):
-    """(the trained feasible trials, their values, the front mask), the front sorted by the
-    first axis."""
+    """(the fully trained feasible trials, one per architecture; their values; the front
+    mask)."""
     cands = candidates(records)
     values = points(cands, axes, objectives)
     mask = non_dominated(values, axes)
@@ -164,18 +204,169 @@ def reference_point(values: np.ndarray, axes: list[Axis], margin: float = 0.1) -
 
 
 def hypervolume_history(
-    records: list[TrialRecord], axes: list[Axis], objectives: list[str], reference: np.ndarray
+    records: list[TrialRecord],
+    axes: list[Axis],
+    objectives: list[str],
+    reference: np.ndarray,
+    max_points: int = 200,
 ) -> list[tuple[int, float]]:
-    """Hypervolume of the fully trained feasible trials after each trial number."""
+    """Hypervolume of the fully trained feasible trials after each trial number; for a long
+    study after at most `max_points` trials evenly spread over it (the last one included).
+    Only the front so far counts: a trial it dominates changes nothing, a trial that joins it
+    removes the points it dominates, and the hypervolume is recomputed only when it changed."""
     cands = candidates(records)
     values = points(cands, axes, objectives)
-    out, hv = [], 0.0
     order = sorted(range(len(cands)), key=lambda i: cands[i].number)
+    n = len(order)
+    at = set(np.linspace(0, n - 1, min(n, max_points)).round().astype(int).tolist()) if n else set()
+    signs = np.array([a.sign for a in axes])
+    front = np.zeros((0, len(axes)))  # the front so far, signed for minimisation
+    out, hv, stale = [], 0.0, False
     for k, i in enumerate(order):
-        hv = hypervolume(values[[order[j] for j in range(k + 1)]], axes, reference)
-        out.append((cands[i].number, hv))
+        v = values[i] * signs
+        if np.isfinite(v).all() and not (front <= v).all(axis=1).any():
+            dominated = (v <= front).all(axis=1) & (v < front).any(axis=1)
+            front = np.vstack([front[~dominated], v])
+            stale = True
+        if k in at:
+            if stale:
+                hv = _hv_minimised(front, reference * signs)
+                stale = False
+            out.append((cands[i].number, hv))
     return out
+
+
+def _hv_minimised(front: np.ndarray, ref: np.ndarray) -> float:
+    """Hypervolume of mutually non-dominated points (all axes minimised) up to `ref`."""
+    from optuna._hypervolume import compute_hypervolume
+
+    pts = front[np.all(front < ref, axis=1)]
+    return float(compute_hypervolume(pts, ref, assume_pareto=True)) if len(pts) else 0.0
 
 
 def finite_or_none(x: float) -> float | None:
     return x if isinstance(x, float) and math.isfinite(x) else None
+
+
+# ---- axes from the command line -----------------------------------------------------------------
+
+
+def _axis_args(spec: str) -> tuple[str, dict[str, str]]:
+    """`decode_ms[context=2048,precision=q4]` or the shell- and Hydra-friendly spelling
+    `decode_ms@context:2048@precision:q4` (a bare `@rpi5` / `@recall` is a device / task)."""
+    spec = spec.strip()
+    if "[" in spec or "@" not in spec:
+        return parse_label(spec)
+    name, *parts = spec.split("@")
+    args: dict[str, str] = {}
+    for part in parts:
+        if ":" in part:
+            k, v = part.split(":", 1)
+            args[k.strip()] = v.strip()
+        elif name == "probe_acc":
+            args["task"] = part.strip()
+        else:
+            args["device"] = part.strip()
+    return name.strip(), args
+
+
+def study_labels(meta: dict[str, Any], objectives: list[str]) -> list[str]:
+    """Every metric label the study names: objectives, then constraints."""
+    labels = list(objectives)
+    for text in meta.get("constraints", []):
+        labels.append(str(text).split(" ", 1)[0])
+    return labels
+
+
+def resolve_axis(
+    spec: str,
+    *,
+    device: str,
+    objectives: list[str],
+    directions: list[str],
+    meta: dict[str, Any],
+    key: str,
+) -> Axis:
+    """An axis named on the command line, completed to a full label: arguments not given are
+    taken from the study's own use of the metric (its objective or constraint), else the
+    metric's defaults; the device is the one asked for. The direction is the study's for its
+    objectives, else the metric's natural one."""
+    from archsearch.space.metrics import _Reader
+
+    name, given = _axis_args(spec)
+    if name not in METRICS:
+        raise UserError(
+            f"unknown metric {name!r} in {spec!r} (known: {', '.join(METRICS)})", key=key
+        )
+    mdef = METRICS[name]
+    unknown = sorted(set(given) - set(mdef.args))
+    if unknown:
+        raise UserError(
+            f"metric {name!r} takes no argument {unknown[0]!r} "
+            f"(it takes: {', '.join(mdef.args) or 'none'})",
+            key=key,
+        )
+    args: dict[str, Any] = dict(mdef.args)
+    for label in study_labels(meta, objectives):
+        other, other_args = parse_label(label)
+        if other == name:
+            args.update({k: _num(v) for k, v in other_args.items() if k in args})
+            break
+    args.update({k: _num(v) for k, v in given.items()})
+    if "device" in args:
+        args["device"] = given.get("device", device)
+    reader = _Reader(None, ())
+    for arg, value in args.items():
+        if arg == "device":
+            from archsearch.cost.devices import load_device
+
+            load_device(str(value), key=key)
+        else:
+            reader.check_arg(name, arg, value, key)
+    label = MetricSpec(name, tuple(args.items())).label
+    direction = mdef.direction
+    for obj, d in zip(objectives, directions):
+        if for_device(obj, str(args.get("device", device))) == label:
+            direction = d
+    return Axis(label, direction)
+
+
+def default_axes(objectives: list[str], directions: list[str], device: str) -> list[Axis]:
+    """The study's objectives on `device`, cost metrics first (x), training metrics after (y)."""
+    axes = [Axis(for_device(o, device), d) for o, d in zip(objectives, directions)]
+
+    def is_train(a: Axis) -> bool:
+        name = parse_label(a.label)[0]
+        return name not in METRICS or METRICS[name].phase == "train"
+
+    return sorted(axes, key=is_train)
+
+
+# ---- how an axis is shown ---------------------------------------------------------------------
+
+_UNITS = {
+    "bytes": (2.0**20, "MiB"),
+    "count": (1e6, "M"),
+    "flops": (1e9, "GFLOP"),
+    "ms": (1.0, "ms"),
+}
+
+
+def display_scale(label: str) -> tuple[float, str]:
+    """(divisor, unit) for showing an axis: bytes in MiB, parameter counts in millions."""
+    name, _ = parse_label(label)
+    unit = METRICS[name].unit if name in METRICS else ""
+    return _UNITS.get(unit, (1.0, ""))
+
+
+def axis_title(label: str) -> str:
+    """`decode_ms[rpi5,context=1024,precision=fp16]` -> 'decode_ms on rpi5 (ms; context=1024,
+    precision=fp16)'."""
+    name, args = parse_label(label)
+    _, unit = display_scale(label)
+    where = f" on {args.pop('device')}" if "device" in args else ""
+    if "task" in args:
+        where += f" ({args.pop('task')})"
+    inside = [unit] if unit else []
+    inside += [f"{k}={v}" for k, v in args.items()]
+    return f"{name}{where}" + (f" ({'; '.join(inside)})" if inside else "")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 
 import optuna
 import pytest

@@ -98,14 +98,14 @@ def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
     }
     seen = set()
     for r in attempted:
-        fault = fault_of(r.attrs["arch_hash"])
+        fault = fault_of(r.number)
         seen.add(fault)
         if fault == "ok":
             assert r.status == "trained" and r.state == "COMPLETE"
         else:
             assert r.status == "failed" and r.state == "FAIL", (fault, r.reason)
             assert expected[fault] in r.reason, (fault, r.reason)
-    assert {"raise", "oom"} <= seen  # the sampler reached several kinds of fault
+    assert len(seen) >= 4  # ten trained trials cover the five kinds of fault (trial number mod 5)
 
 
 def _trained(run_dir: Path) -> dict[int, list[float]]:

@@ -84,6 +84,41 @@ COMMANDS: dict[str, Command] = {
         "archsearch.cli.cost_cmd:calibrate_cmd",
         examples=("archsearch calibrate threads=2",),
     ),
+    "pareto": Command(
+        "the Pareto front of a stored study on any device: table, PNG/HTML plots, reports",
+        "pareto",
+        "archsearch.cli.analysis_cmd:pareto_cmd",
+        examples=(
+            "archsearch pareto study=runs/tiny device=rpi5",
+            "archsearch pareto study=runs/tiny device=jetson_orin_nx x=cache_bytes y=val_loss",
+            "archsearch pareto study=runs/tiny x=decode_ms@context:4096 y=val_loss z=params",
+            "archsearch pareto study=postgresql+psycopg2://user@db/archsearch study_name=tiny",
+        ),
+    ),
+    "export": Command(
+        "write a trial's architecture as an ArchConfig preset and a Hugging Face config.json",
+        "export",
+        "archsearch.cli.analysis_cmd:export_cmd",
+        examples=("archsearch export study=runs/tiny trial=3",),
+    ),
+    "dashboard": Command(
+        "serve optuna-dashboard on a study, with the archsearch front page (any device)",
+        "dashboard",
+        "archsearch.cli.analysis_cmd:dashboard_cmd",
+        examples=(
+            "archsearch dashboard study=runs/tiny",
+            "archsearch dashboard study=runs/tiny host=0.0.0.0 port=8081",
+        ),
+    ),
+    "profile": Command(
+        "measured and predicted memory, latency and throughput vs sequence length and batch",
+        "profile",
+        "archsearch.cli.analysis_cmd:profile_cmd",
+        examples=(
+            "archsearch profile arch=tiny_gqa,./my_mcsd.yaml device=rpi5",
+            "archsearch profile arch=plm_1_8b,mcsd_1_6b measure=false lengths=[1024,4096,16384]",
+        ),
+    ),
 }
 
 

@@ -122,6 +122,8 @@ def _one_line(err: BaseException) -> str:
     """Hydra's messages span lines and mention internals; keep what a user needs:
     `key 'n': Value 'abc' of type 'str' could not be converted to Integer`."""
     cause = err.__cause__ if err.__cause__ is not None else err
+    if str(cause) in ("", "None"):  # e.g. an ANTLR parse error: the message is on err
+        cause = err
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
     key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), None)
     text = " ".join(ln for ln in lines if not ln.startswith(("full_key:", "object_type")))

@@ -416,6 +416,7 @@ def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
             )
         },
         "probes": res.get("probes", {}),
+        "metrics": res.get("metrics", {}),
     }
 
 

@@ -42,6 +42,7 @@ JSON_ATTRS = (
     "measured_latency",
     "intermediate",
     "probes",
+    "metrics",
 )
 STATUSES = (
     "trained",

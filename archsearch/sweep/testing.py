@@ -8,9 +8,9 @@ bookkeeping (early stopping, faults, resume, clusters) can be checked in seconds
 - `synthetic`: loss = 2 + 40 / sqrt(non-embedding params) + a fixed offset from the hash,
   shrinking towards its final value over the eval points; `ARCHSEARCH_SYNTHETIC_SLEEP` seconds
   (default 0.05) between eval points;
-- `faulty`: like `synthetic`, but the architecture's hash picks a fault (`fault_of`): raise an
-  exception, end with a non-finite loss, run out of memory (a real allocation failure), have
-  its worker process killed (SIGKILL, as the OOM killer does), or succeed.
+- `faulty`: like `synthetic`, but the trial's number in the study picks a fault (`fault_of`):
+  raise an exception, end with a non-finite loss, run out of memory (a real allocation
+  failure), have its worker process killed (SIGKILL, as the OOM killer does), or succeed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 FAULTS = ("raise", "nan", "oom", "kill", "ok")
 
 
-def fault_of(arch_hash: str) -> str:
-    return FAULTS[int(arch_hash, 16) % len(FAULTS)]
+def fault_of(trial_number: int) -> str:
+    return FAULTS[trial_number % len(FAULTS)]
 
 
 def synthetic_loss(arch_dict: dict[str, Any]) -> float:
@@ -90,9 +90,7 @@ def synthetic(config: dict[str, Any]) -> None:
 
 
 def faulty(config: dict[str, Any]) -> None:
-    from archsearch.arch import ArchConfig
-
-    _run(config, fault_of(ArchConfig.from_dict(config["arch"]).arch_hash))
+    _run(config, fault_of(config["optuna_number"]))
 
 
 def replay(config: dict[str, Any]) -> None:

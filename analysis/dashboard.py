@@ -1,0 +1,187 @@
+"""`archsearch dashboard`: optuna-dashboard on the study's storage, and one page of our own.
+
+optuna-dashboard (its WSGI app, mounted as is) shows the study with our objective names (the
+sweep sets them as the study's metric names), its Pareto-front view, and every trial's user
+attributes (status, reason, summary, family, costs, ...). What it lacks for this use is added
+as the page `/archsearch`: the front on any device profile (the stored cost numbers for
+another device, or the cost model for one the sweep did not price), any pair or triple of
+axes, points coloured by mixer family or by attention share, the infeasible and untrained
+trials marked, and the front's table with the command that exports each trial. The page
+reads the study again on every draw, so it follows a sweep that is still running.
+
+Nothing is written to the study. The server listens on 127.0.0.1 unless `host=` says otherwise.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from archsearch.errors import UserError
+
+PAGE = "/archsearch"
+
+
+def front_payload(url: str, study_name: str, home, query: dict[str, str]) -> str:
+    """The JSON the page draws: the plotly figure, the front table, a caption."""
+    from archsearch.analysis.pareto import analyse, choose_axes
+    from archsearch.analysis.plots import front_figure
+    from archsearch.analysis.report import _columns, _export_cmd, _fmt
+    from archsearch.analysis.study import load
+    from archsearch.cost.devices import load_device
+
+    data = load(url, study_name)
+    data.home = home
+    device = query.get("device") or data.meta.get("device") or "rpi5"
+    load_device(device)
+    axes, is_default = choose_axes(
+        data, device, query.get("x") or None, query.get("y") or None, query.get("z") or None
+    )
+    p = analyse(data, device, axes, is_default=is_default)
+    cols = _columns(p)
+    rows = [
+        [_fmt(k, row.get(k)) for k, _ in cols] + [_export_cmd(p, row["trial"])]
+        for row in p.front_rows()
+    ]
+    rest = {
+        "columns": [t for _, t in cols] + ["export"],
+        "rows": rows,
+        "front_trials": [r.number for r, _ in p.front],
+        "n_trained": len(p.trained),
+        "caption": (
+            f"{len(p.study.records)} trials; front of {int(p.on_front.sum())} among "
+            f"{len(p.trained)} fully trained; hypervolume {p.hypervolume:.4g} against the "
+            f"reference point ({', '.join(f'{x:.4g}' for x in p.reference)})"
+        ),
+        "axes": [a.label for a in p.axes],
+        "device": device,
+    }
+    return '{"figure": ' + front_figure(p).to_json() + ', "info": ' + json.dumps(rest) + "}"
+
+
+def page_html(study_name: str, study_id: int, devices: list[str], device: str) -> str:
+    e = html.escape
+    options = "".join(
+        f'<option value="{e(d)}"{" selected" if d == device else ""}>{e(d)}</option>'
+        for d in devices
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>archsearch: {e(study_name)}</title>
+<script src="{PAGE}/plotly.min.js"></script>
+<style>
+body {{ font-family: sans-serif; margin: 1.2em 2em; }}
+header {{ margin-bottom: 0.8em; }}
+form input {{ width: 16em; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin-top: 1em; }}
+th, td {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }}
+#status {{ color: #444; }} #status.error {{ color: #b00; }}
+</style></head><body>
+<header><b>archsearch</b> study <code>{e(study_name)}</code> &middot;
+<a href="/dashboard/studies/{study_id}">optuna-dashboard (trials, attributes, its own
+Pareto view)</a></header>
+<form id="controls">
+device <select id="device" name="device">{options}</select>
+x <input id="x" name="x" placeholder="default: the study's objectives">
+y <input id="y" name="y" placeholder="e.g. val_loss">
+z <input id="z" name="z" placeholder="optional third axis">
+<button type="submit">draw</button>
+<small>axes: metric names with arguments after @, e.g. decode_ms@context:4096,
+cache_bytes@bits:8, active_params, probe_acc@recall</small>
+</form>
+<p id="status">loading...</p>
+<div id="front"></div>
+<table id="table"></table>
+<script>
+const el = (id) => document.getElementById(id);
+async function draw() {{
+  const q = new URLSearchParams();
+  for (const k of ["device", "x", "y", "z"]) if (el(k).value) q.set(k, el(k).value);
+  el("front").dataset.ready = "";
+  const res = await fetch("{PAGE}/api/front?" + q.toString());
+  const body = await res.json();
+  if (!res.ok) {{
+    el("status").textContent = body.error; el("status").className = "error";
+    Plotly.purge("front"); el("table").innerHTML = ""; el("front").dataset.ready = "error";
+    return;
+  }}
+  el("status").textContent = body.info.caption; el("status").className = "";
+  await Plotly.react("front", body.figure.data, body.figure.layout, {{responsive: true}});
+  const head = "<tr>" + body.info.columns.map((c) => "<th>" + esc(c) + "</th>").join("") + "</tr>";
+  const rows = body.info.rows.map((r) => "<tr>" + r.map((c, i) =>
+    "<td>" + (i === r.length - 1 ? "<code>" + esc(c) + "</code>" : esc(c)) + "</td>").join("")
+    + "</tr>");
+  el("table").innerHTML = head + rows.join("");
+  el("front").dataset.ready = "1";
+  el("front").dataset.frontTrials = body.info.front_trials.join(",");
+}}
+function esc(s) {{
+  return String(s).replace(/[&<>"]/g, (c) => ({{"&": "&amp;", "<": "&lt;", ">": "&gt;",
+    '"': "&quot;"}})[c]);
+}}
+el("controls").addEventListener("submit", (ev) => {{ ev.preventDefault(); draw(); }});
+draw();
+</script></body></html>
+"""
+
+
+def make_app(url: str, study_name: str, home=None):
+    """optuna-dashboard's WSGI app with the archsearch page and its JSON route added."""
+    import bottle
+    from optuna_dashboard import wsgi
+
+    from archsearch.analysis.study import load
+    from archsearch.cost.devices import device_names
+    from archsearch.sweep.study import open_storage
+
+    storage = open_storage(url)
+    app = wsgi(storage)
+    data = load(url, study_name)
+    study_id = data.study._study_id
+    devices = sorted(set(device_names()) | set(data.meta.get("devices", [])))
+    default_device = data.meta.get("device") or "rpi5"
+
+    @app.get(PAGE)
+    def page() -> str:
+        return page_html(study_name, study_id, devices, default_device)
+
+    @app.get(f"{PAGE}/plotly.min.js")
+    def plotly_js() -> str:
+        from plotly.offline import get_plotlyjs
+
+        bottle.response.content_type = "application/javascript"
+        return get_plotlyjs()
+
+    @app.get(f"{PAGE}/api/front")
+    def api_front() -> str:
+        bottle.response.content_type = "application/json"
+        query = {k: bottle.request.query.getunicode(k) for k in ("device", "x", "y", "z")}
+        try:
+            return front_payload(url, study_name, home, {k: v for k, v in query.items() if v})
+        except UserError as err:
+            bottle.response.status = 400
+            return json.dumps({"error": str(err)})
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(app, host: str, port: int):
+    """A threaded WSGI server (wsgiref) bound to host:port (0: a free port)."""
+    try:
+        return make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
+    except OSError as err:
+        raise UserError(
+            f"cannot listen on {host}:{port}: {err.strerror or err}", key="port"
+        ) from None

@@ -1,0 +1,208 @@
+"""A study's Pareto front on one device and one set of axes, with everything the table, the plots
+and the reports show: every trial placed where its numbers allow, the front, the hypervolume
+against a stated reference point and its history over the trials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from archsearch.analysis.front import (
+    Axis,
+    default_axes,
+    front,
+    hypervolume,
+    hypervolume_history,
+    parse_label,
+    points,
+    reference_point,
+    resolve_axis,
+    study_labels,
+    value_of,
+)
+from archsearch.analysis.study import StudyData
+from archsearch.errors import UserError
+from archsearch.sweep.study import TrialRecord
+
+
+@dataclass
+class Pareto:
+    study: StudyData
+    device: str
+    axes: list[Axis]
+    trained: list[TrialRecord]  # fully trained feasible trials, one per architecture
+    values: np.ndarray  # [len(trained), len(axes)]
+    on_front: np.ndarray  # bool mask over `trained`
+    others: list[TrialRecord]  # the other trials that are not repeats of an architecture
+    other_values: np.ndarray  # [len(others), len(axes)], nan where unknown (e.g. no loss)
+    reference: np.ndarray
+    hypervolume: float
+    history: list[tuple[int, float]]
+    kv_label: str
+    default_axes: bool
+
+    @property
+    def front(self) -> list[tuple[TrialRecord, np.ndarray]]:
+        """The front's trials and values, sorted by the first axis (best first)."""
+        items = [(r, v) for r, v, on in zip(self.trained, self.values, self.on_front) if on]
+        return sorted(items, key=lambda t: tuple(a.sign * x for a, x in zip(self.axes, t[1])))
+
+    def group_of_other(self, r: TrialRecord) -> str:
+        """How a trial that is not fully trained and feasible is drawn."""
+        if r.status == "infeasible" or not r.feasible:
+            return "infeasible"
+        if r.status == "stopped_early":
+            return "stopped_early"
+        return "failed"
+
+    def status_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.study.records:
+            key = r.status or r.state.lower()
+            out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items()))
+
+    def row(self, r: TrialRecord, v: np.ndarray) -> dict[str, Any]:
+        """One trial as a table/report row."""
+        objectives = self.study.objectives
+        return {
+            "trial": r.number,
+            "arch_hash": r.attrs.get("arch_hash"),
+            "summary": r.attrs.get("summary"),
+            "family": r.attrs.get("family"),
+            "attention_share": r.attrs.get("attention_share"),
+            **{a.label: float(x) for a, x in zip(self.axes, v)},
+            "params": value_of(r, "params", objectives),
+            "active_params": value_of(r, "active_params", objectives),
+            self.kv_label: value_of(r, self.kv_label, objectives),
+        }
+
+    def front_rows(self) -> list[dict[str, Any]]:
+        return [self.row(r, v) for r, v in self.front]
+
+    def summary(self) -> dict[str, Any]:
+        """Everything as plain data (for format=json and front.json)."""
+        return {
+            "study": self.study.name,
+            "storage": redact(self.study.url),
+            "device": self.device,
+            "axes": [{"label": a.label, "direction": a.direction} for a in self.axes],
+            "trials": len(self.study.records),
+            "statuses": self.status_counts(),
+            "fully_trained": len(self.trained),
+            "front": self.front_rows(),
+            "reference_point": [float(x) for x in self.reference],
+            "hypervolume": self.hypervolume,
+            "hypervolume_history": [[n, hv] for n, hv in self.history],
+            "kv_label": self.kv_label,
+        }
+
+
+def redact(url: str) -> str:
+    import re
+
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def choose_axes(
+    data: StudyData, device: str, x: str | None, y: str | None, z: str | None
+) -> tuple[list[Axis], bool]:
+    """The axes named on the command line, else the study's objectives on the device.
+    (Axes, whether they are the study's own.)"""
+    defaults = default_axes(data.objectives, data.directions, device)
+    if x is None and y is None and z is None:
+        return defaults, True
+    if z is not None and (x is None or y is None):
+        raise UserError("a third axis needs x= and y= as well", key="z")
+
+    def resolve(spec: str, key: str) -> Axis:
+        return resolve_axis(
+            spec,
+            device=device,
+            objectives=data.objectives,
+            directions=data.directions,
+            meta=data.meta,
+            key=key,
+        )
+
+    def default_for(want_train: bool) -> Axis:
+        from archsearch.space.metrics import METRICS
+
+        for a in defaults:
+            name = parse_label(a.label)[0]
+            if (name not in METRICS or METRICS[name].phase == "train") == want_train:
+                return a
+        return defaults[0]
+
+    xa = resolve(x, "x") if x is not None else default_for(False)
+    ya = resolve(y, "y") if y is not None else default_for(True)
+    axes = [xa, ya] + ([resolve(z, "z")] if z is not None else [])
+    if len({a.label for a in axes}) < len(axes):
+        raise UserError(f"the same metric twice on the axes: {[a.label for a in axes]}", key="x")
+    return axes, False
+
+
+def kv_label(data: StudyData, axes: list[Axis]) -> str:
+    """The cache/state column: the study's own cache metric, else at the latency context."""
+    for label in [a.label for a in axes] + study_labels(data.meta, data.objectives):
+        if parse_label(label)[0] == "cache_bytes":
+            return label
+    context = 2048
+    for label in [a.label for a in axes] + data.objectives:
+        name, args = parse_label(label)
+        if name in ("decode_ms", "memory_bytes") and "context" in args:
+            context = int(args["context"])
+            break
+    return f"cache_bytes[context={context},bits=16,batch=1]"
+
+
+def analyse(
+    data: StudyData,
+    device: str,
+    axes: list[Axis],
+    *,
+    reference: list[float] | None = None,
+    is_default: bool = True,
+) -> Pareto:
+    """The front of `data` on `device` over `axes` (see the module docstring)."""
+    data.require_trained()
+    trained, values, mask = front(data.records, axes, data.objectives)
+    finite = np.isfinite(values).all(axis=1)
+    if not finite.any():
+        raise UserError(
+            "no fully trained trial has a value for every axis "
+            f"({', '.join(a.label for a in axes)})",
+            key="x",
+        )
+    if reference:
+        if len(reference) != len(axes):
+            raise UserError(
+                f"give one value per axis ({len(axes)}), got {len(reference)}", key="reference"
+            )
+        ref = np.array(reference, dtype=float)
+    else:
+        ref = reference_point(values, axes)
+    seen = {r.attrs.get("arch_hash") for r in trained}
+    others = [
+        r
+        for r in data.records
+        if not r.fully_trained and r.status != "duplicate" and r.attrs.get("arch_hash") not in seen
+    ]
+    return Pareto(
+        study=data,
+        device=device,
+        axes=axes,
+        trained=trained,
+        values=values,
+        on_front=mask,
+        others=others,
+        other_values=points(others, axes, data.objectives),
+        reference=ref,
+        hypervolume=hypervolume(values, axes, ref),
+        history=hypervolume_history(data.records, axes, data.objectives, ref),
+        kv_label=kv_label(data, axes),
+        default_axes=is_default,
+    )

@@ -1,0 +1,465 @@
+"""Pictures of a front: a PNG (matplotlib) and an interactive HTML figure (plotly).
+
+Every trial is drawn where its numbers allow: fully trained trials as filled circles (the front
+ringed in black and joined by its staircase), infeasible ones as crosses, trials stopped early
+as open circles, failed ones as open triangles. A trial that never trained has costs but no
+loss: it sits in a grey band beyond the worst loss ("not trained"), at its cost. Colours are
+the mixer family (hybrids such as `gla+gqa` are their own family) or, in the second panel / the
+second view, the share of softmax-attention layers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from archsearch.analysis.front import axis_title, display_scale
+from archsearch.analysis.pareto import Pareto
+
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+)
+OTHER_MARKERS = {  # group -> (matplotlib marker, plotly symbol, legend text)
+    "infeasible": ("x", "x", "infeasible (breaks a constraint)"),
+    "stopped_early": ("o", "circle-open", "stopped early"),
+    "failed": ("v", "triangle-down-open", "failed / interrupted"),
+}
+STRIP = 0.12  # the "not trained" band sits this fraction of the range beyond the worst value
+
+
+def family_colours(families: list[str]) -> dict[str, str]:
+    """A stable colour per mixer family (sorted names, so every plot of a study agrees)."""
+    return {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(sorted(set(families)))}
+
+
+def _family(r) -> str:
+    return str(r.attrs.get("family") or "unknown")
+
+
+def _share(r) -> float:
+    v = r.attrs.get("attention_share")
+    return float(v) if v is not None else float("nan")
+
+
+def placed(p: Pareto) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Display coordinates: (trained [n, d], others [m, d], which axes of others sit in the
+    'not trained' band [m, d] bool); values scaled to display units; 2-D only places others
+    with one unknown axis (in the band)."""
+    scale = np.array([display_scale(a.label)[0] for a in p.axes])
+    tv = p.values / scale
+    ov = p.other_values / scale if len(p.others) else np.zeros((0, len(p.axes)))
+    band = ~np.isfinite(ov)
+    if len(p.axes) == 2 and len(ov):
+        for k, axis in enumerate(p.axes):
+            col = np.concatenate([tv[:, k], ov[:, k]])
+            col = col[np.isfinite(col)]
+            if len(col) == 0:
+                continue
+            lo, hi = col.min(), col.max()
+            span = hi - lo if hi > lo else max(abs(hi), 1e-12)
+            at = hi + STRIP * span if axis.direction == "minimize" else lo - STRIP * span
+            ov[band[:, k], k] = at
+    keep = np.isfinite(ov).all(axis=1) & (band.sum(axis=1) <= 1)
+    band[~keep] = False
+    return tv, np.where(keep[:, None], ov, np.nan), band
+
+
+def band_at(ov: np.ndarray, band: np.ndarray, k: int) -> float | None:
+    """Where the 'not trained' band of axis k lies (None: no trial sits in it)."""
+    rows = band[:, k]
+    return float(ov[rows, k][0]) if rows.any() else None
+
+
+def staircase(p: Pareto, pts: np.ndarray) -> tuple[np.ndarray, str]:
+    """The front's points sorted by x, and the step style of its attainment boundary: each
+    corner takes the worse x and the worse y of its two points, so horizontal-then-vertical
+    ('post') when x is minimised, vertical-then-horizontal ('pre') when it is maximised."""
+    order = np.argsort(pts[:, 0], kind="stable")
+    return pts[order], "post" if p.axes[0].direction == "minimize" else "pre"
+
+
+# ---- matplotlib ---------------------------------------------------------------------------------
+
+
+def front_png(p: Pareto, path: Path) -> Path:
+    """Two panels for two axes (colour by family | by attention share); for three axes the
+    three pairwise projections coloured by family (front = non-dominated in all three)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tv, ov, band = placed(p)
+    colours = family_colours([_family(r) for r in p.trained + p.others])
+    d = len(p.axes)
+    pairs = [(0, 1), (0, 1)] if d == 2 else [(0, 1), (0, 2), (1, 2)]
+    fig, axs = plt.subplots(1, len(pairs), figsize=(6.6 * len(pairs), 5.2), squeeze=False)
+    for n, (i, j) in enumerate(pairs):
+        ax = axs[0][n]
+        by_share = d == 2 and n == 1
+        if by_share:
+            colour = np.array([_share(r) for r in p.trained])
+            kw = {"cmap": "viridis", "vmin": 0.0, "vmax": 1.0}
+        else:
+            colour = np.array([colours[_family(r)] for r in p.trained], dtype=object)
+            kw = {}
+        for on, style in (
+            (False, {"s": 34, "alpha": 0.6, "linewidths": 0}),
+            (True, {"s": 90, "edgecolors": "black", "linewidths": 1.3, "zorder": 3}),
+        ):
+            rows = p.on_front == on
+            sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
+        if d == 2:
+            stairs, where = staircase(p, tv[p.on_front][:, [i, j]])
+            ax.step(
+                stairs[:, 0],
+                stairs[:, 1],
+                where=where,
+                color="black",
+                lw=1,
+                ls="--",
+                zorder=2,
+                label="Pareto front",
+            )
+        drawn = {_family(r) for r in p.trained}
+        for group, (marker, _, text) in OTHER_MARKERS.items():
+            rows = [k for k, r in enumerate(p.others) if p.group_of_other(r) == group]
+            rows = [k for k in rows if np.isfinite(ov[k, [i, j]]).all()]
+            if not rows:
+                continue
+            drawn |= {_family(p.others[k]) for k in rows}
+            col = ["#555555" if by_share else colours[_family(p.others[k])] for k in rows]
+            style = {"facecolors": "none", "edgecolors": col} if marker != "x" else {"c": col}
+            ax.scatter(
+                ov[rows, i],
+                ov[rows, j],
+                marker=marker,
+                s=40,
+                alpha=0.8,
+                linewidths=1.2,
+                label=text,
+                **style,
+            )
+        if d == 2:
+            for k, horizontal in ((j, True), (i, False)):
+                at = band_at(ov, band, k)
+                if at is None:
+                    continue
+                if horizontal:
+                    ax.axhline(at, color="#dddddd", lw=14, zorder=0)
+                    ax.text(
+                        0.01,
+                        at,
+                        " not trained",
+                        transform=ax.get_yaxis_transform(),
+                        va="center",
+                        fontsize=8,
+                        color="#555555",
+                    )
+                else:
+                    ax.axvline(at, color="#dddddd", lw=14, zorder=0)
+        ax.set_xlabel(axis_title(p.axes[i].label), fontsize=9)
+        ax.set_ylabel(axis_title(p.axes[j].label), fontsize=9)
+        ax.grid(alpha=0.3)
+        if by_share:
+            fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
+            ax.set_title("coloured by hybrid share", fontsize=10)
+        else:
+            from matplotlib.lines import Line2D
+
+            handles, _ = ax.get_legend_handles_labels()
+            handles += [
+                Line2D([], [], marker="o", ls="", color=c, label=f)
+                for f, c in colours.items()
+                if f in drawn
+            ]
+            ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
+            ax.set_title("coloured by mixer family", fontsize=10)
+    fig.suptitle(title(p), fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def title(p: Pareto) -> str:
+    return (
+        f"{p.study.name} on {p.device}: front of {int(p.on_front.sum())} among "
+        f"{len(p.trained)} fully trained (of {len(p.study.records)} trials); "
+        f"hypervolume {p.hypervolume:.4g}"
+    )
+
+
+def hypervolume_png(p: Pareto, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    if p.history:
+        n, hv = zip(*p.history)
+        ax.step(n, hv, where="post", marker="o", ms=3)
+    ax.set_xlabel("trial number (fully trained trials only)")
+    ax.set_ylabel("hypervolume")
+    ref = ", ".join(f"{x:.4g}" for x in p.reference)
+    ax.set_title(
+        f"hypervolume on {p.device} vs reference point ({ref})\n"
+        f"axes: {', '.join(a.label for a in p.axes)}",
+        fontsize=8,
+    )
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---- plotly -------------------------------------------------------------------------------------
+
+
+def _hover(p: Pareto, r, v: np.ndarray, group: str) -> str:
+    from html import escape
+
+    lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
+    lines.append(f"family {_family(r)}, attention share {_share(r):.2f}")
+    for a, x in zip(p.axes, v):
+        lines.append(f"{a.label} = {x:.5g}" if np.isfinite(x) else f"{a.label}: not trained")
+    if r.reason:
+        lines.append(r.reason[:120])
+    return "<br>".join(escape(line) for line in lines)
+
+
+def front_figure(p: Pareto):
+    """The interactive figure: traces per mixer family, the front ('Pareto front', a staircase
+    through exactly the front's points), the other trials by kind, and a second view coloured
+    by attention share (buttons switch views)."""
+    import plotly.graph_objects as go
+
+    tv, ov, band = placed(p)
+    d = len(p.axes)
+    scatter = go.Scatter if d == 2 else go.Scatter3d
+    colours = family_colours([_family(r) for r in p.trained + p.others])
+    fam = [_family(r) for r in p.trained]
+
+    def coords(vals: np.ndarray) -> dict:
+        names = ("x", "y", "z")[:d]
+        return {n: vals[:, k].tolist() for k, n in enumerate(names)}
+
+    traces, view = [], []  # view: "family", "share" or "both"
+    for f in sorted(set(fam)):
+        rows = [k for k, x in enumerate(fam) if x == f]
+        traces.append(
+            scatter(
+                **coords(tv[rows]),
+                mode="markers",
+                name=f,
+                legendgroup=f,
+                marker={"color": colours[f], "size": 9 if d == 2 else 5, "opacity": 0.85},
+                hovertext=[
+                    _hover(p, p.trained[k], p.values[k], "front" if p.on_front[k] else "trained")
+                    for k in rows
+                ],
+                hoverinfo="text",
+                meta={"kind": "family", "trials": [p.trained[k].number for k in rows]},
+            )
+        )
+        view.append("family")
+    traces.append(
+        scatter(
+            **coords(tv),
+            mode="markers",
+            name="attention share",
+            marker={
+                "color": [_share(r) for r in p.trained],
+                "colorscale": "Viridis",
+                "cmin": 0.0,
+                "cmax": 1.0,
+                "size": 9 if d == 2 else 5,
+                "colorbar": {"title": {"text": "attention<br>share"}},
+            },
+            hovertext=[
+                _hover(p, r, v, "front" if on else "trained")
+                for r, v, on in zip(p.trained, p.values, p.on_front)
+            ],
+            hoverinfo="text",
+            visible=False,
+            meta={"kind": "share", "trials": [r.number for r in p.trained]},
+        )
+    )
+    view.append("share")
+    order = np.flatnonzero(p.on_front)
+    if d == 2:
+        order = order[np.argsort(tv[order, 0], kind="stable")]
+    if d == 2:
+        shape = {"post": "hv", "pre": "vh"}[staircase(p, tv[order])[1]]
+        front_style = {
+            "mode": "lines+markers",
+            "line": {"color": "black", "dash": "dash", "shape": shape, "width": 1},
+        }
+    else:
+        front_style = {"mode": "markers"}
+    traces.append(
+        scatter(
+            **coords(tv[order]),
+            name="Pareto front",
+            marker={
+                "size": 15 if d == 2 else 8,
+                "color": "rgba(0,0,0,0)",
+                "line": {"color": "black", "width": 2},
+                "symbol": "circle-open" if d == 3 else "circle",
+            },
+            hovertext=[_hover(p, p.trained[k], p.values[k], "front") for k in order],
+            hoverinfo="text",
+            meta={"kind": "front", "trials": [p.trained[k].number for k in order]},
+            **front_style,
+        )
+    )
+    view.append("both")
+    for group, (_, symbol, text) in OTHER_MARKERS.items():
+        rows = [
+            k
+            for k, r in enumerate(p.others)
+            if p.group_of_other(r) == group and np.isfinite(ov[k]).all()
+        ]
+        if not rows:
+            continue
+        traces.append(
+            scatter(
+                **coords(ov[rows]),
+                mode="markers",
+                name=text,
+                marker={
+                    "symbol": symbol,
+                    "size": 9 if d == 2 else 4,
+                    "color": [colours[_family(p.others[k])] for k in rows],
+                    "line": {"width": 1.5},
+                },
+                hovertext=[_hover(p, p.others[k], p.other_values[k], group) for k in rows],
+                hoverinfo="text",
+                meta={"kind": group, "trials": [p.others[k].number for k in rows]},
+            )
+        )
+        view.append("both")
+    fig = go.Figure(traces)
+    shapes, notes = [], []
+    if d == 2:
+        for k in (1, 0):
+            at = band_at(ov, band, k)
+            if at is None:
+                continue
+            scale = display_scale(p.axes[k].label)[0]
+            col = np.concatenate([p.values[:, k], p.other_values[:, k]]) / scale
+            col = col[np.isfinite(col)]
+            half = 0.4 * STRIP * max(col.max() - col.min(), 1e-12)
+            band_style = {
+                "type": "rect",
+                "fillcolor": "#eeeeee",
+                "line": {"width": 0},
+                "layer": "below",
+            }
+            if k == 1:  # a horizontal band at the loss the untrained trials lack
+                shapes.append(
+                    {
+                        **band_style,
+                        "xref": "paper",
+                        "yref": "y",
+                        "x0": 0,
+                        "x1": 1,
+                        "y0": at - half,
+                        "y1": at + half,
+                    }
+                )
+                notes.append(
+                    {
+                        "xref": "paper",
+                        "yref": "y",
+                        "x": 0.005,
+                        "y": at,
+                        "text": "not trained",
+                        "showarrow": False,
+                        "xanchor": "left",
+                        "font": {"size": 10, "color": "#666666"},
+                    }
+                )
+            else:
+                shapes.append(
+                    {
+                        **band_style,
+                        "xref": "x",
+                        "yref": "paper",
+                        "x0": at - half,
+                        "x1": at + half,
+                        "y0": 0,
+                        "y1": 1,
+                    }
+                )
+    buttons = [
+        {
+            "label": label,
+            "method": "update",
+            "args": [{"visible": [v in (want, "both") for v in view]}],
+        }
+        for label, want in (
+            ("colour: mixer family", "family"),
+            ("colour: attention share", "share"),
+        )
+    ]
+    layout = {
+        "title": {"text": title(p), "font": {"size": 13}},
+        "template": "plotly_white",
+        "height": 700,
+        # the legend below the plot, so the attention-share colour bar has the right side
+        "legend": {"font": {"size": 10}, "orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
+        "margin": {"b": 150},
+        "updatemenus": [
+            {
+                "type": "buttons",
+                "direction": "right",
+                "x": 0,
+                "y": 1.08,
+                "xanchor": "left",
+                "buttons": buttons,
+                "showactive": True,
+            }
+        ],
+        "shapes": shapes,
+        "annotations": notes,
+    }
+    titles = [axis_title(a.label) for a in p.axes]
+    if d == 2:
+        layout["xaxis"] = {"title": {"text": titles[0]}}
+        layout["yaxis"] = {"title": {"text": titles[1]}}
+    else:
+        layout["scene"] = {
+            "xaxis": {"title": {"text": titles[0]}},
+            "yaxis": {"title": {"text": titles[1]}},
+            "zaxis": {"title": {"text": titles[2]}},
+        }
+    fig.update_layout(**layout)
+    return fig
+
+
+def front_html(p: Pareto, path: Path) -> Path:
+    """The interactive figure as a page; plotly.js is written once beside it (no network)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    front_figure(p).write_html(path, include_plotlyjs="directory", full_html=True)
+    return path

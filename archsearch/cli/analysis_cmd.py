@@ -1,0 +1,274 @@
+"""`archsearch pareto`, `export`, `dashboard` and `profile`: the analysis of a stored study."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from archsearch.cli import output
+from archsearch.errors import UserError
+
+
+def _open(cfg: Any):
+    from archsearch.analysis.study import load
+
+    if not cfg.study:
+        raise UserError("name the study: study=<run dir, SQLite file or database URL>", key="study")
+    return load(cfg.study, cfg.study_name)
+
+
+def study_device(name: str | None, data) -> str:
+    """The device asked for (checked), else the one the sweep ran for."""
+    from archsearch.cost.devices import load_device
+
+    device = name or data.meta.get("device") or "rpi5"
+    load_device(device)
+    return device
+
+
+# ---- archsearch pareto --------------------------------------------------------------------------
+
+
+def pareto_cmd(_sub: str | None, cfg: Any) -> int:
+    from archsearch.analysis.pareto import analyse, choose_axes
+    from archsearch.analysis.report import default_out_dir, print_front, write_outputs
+
+    output.check_format(cfg.format)
+    data = _open(cfg)
+    device = study_device(cfg.device, data)
+    axes, is_default = choose_axes(data, device, cfg.x, cfg.y, cfg.z)
+    p = analyse(data, device, axes, reference=list(cfg.reference) or None, is_default=is_default)
+    files: dict[str, Path] = {}
+    if cfg.plots:
+        files = write_outputs(p, Path(cfg.out) if cfg.out else default_out_dir(p))
+    if cfg.format == "json":
+        output.print_json({**p.summary(), "files": {k: str(v) for k, v in files.items()}})
+        return 0
+    print_front(p, files)
+    return 0
+
+
+# ---- archsearch export --------------------------------------------------------------------------
+
+
+def export_cmd(_sub: str | None, cfg: Any) -> int:
+    from archsearch.analysis.export import hf_config
+    from archsearch.arch import ArchConfig
+
+    output.check_format(cfg.format)
+    if cfg.trial is None:
+        raise UserError("name the trial to export: trial=N (see `archsearch pareto`)", key="trial")
+    data = _open(cfg)
+    r = data.record(cfg.trial)
+    if not isinstance(r.attrs.get("arch"), dict):
+        raise UserError(
+            f"trial {r.number} has no architecture ({r.status or r.state}: {r.reason or '-'})",
+            key="trial",
+        )
+    name = cfg.name or f"{data.name}_trial{r.number}"
+    if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise UserError(
+            f"use letters, digits, '_', '-' and '.' in a name, got {name!r}", key="name"
+        )
+    arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
+    out = Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    values = dict(zip(data.objectives, r.values)) if r.values is not None else {}
+    preset = out / f"{name}.yaml"
+    header = [
+        f"# Trial {r.number} of study {data.name!r} ({r.status or r.state}); arch hash "
+        f"{r.attrs.get('arch_hash')}",
+        *[f"#   {k} = {v:.6g}" for k, v in values.items()],
+        f"# Train it in full: archsearch train arch={preset} budget=...",
+    ]
+    preset.write_text("\n".join(header) + "\n" + arch.to_yaml())
+    assert ArchConfig.from_yaml(preset).arch_hash == arch.arch_hash  # it reads back the same
+    hf = hf_config(arch)
+    hf_path = None
+    if hf.config is not None:
+        hf_path = out / name / "config.json"
+        hf_path.parent.mkdir(parents=True, exist_ok=True)
+        hf_path.write_text(json.dumps(hf.to_json(), indent=2) + "\n")
+    data_out = {
+        "trial": r.number,
+        "status": r.status,
+        "fully_trained": r.fully_trained,
+        "values": values,
+        "arch_hash": arch.arch_hash,
+        "summary": arch.summary(),
+        "preset": str(preset),
+        "hf_config": str(hf_path) if hf_path else None,
+        "hf_model_type": hf.model_type,
+        "hf_library": hf.library,
+        "hf_exact": hf.exact,
+        "hf_fields": [{"archsearch": a, "config": b, "value": v} for a, b, v in hf.fields],
+        "hf_unmapped": {k: v for k, v in hf.unmapped},
+    }
+    if cfg.format == "json":
+        output.print_json(data_out)
+        return 0
+    con = output.console()
+    con.print(f"[bold]trial {r.number}[/bold] of {data.name}: {arch.summary()} ({r.status})")
+    if not r.fully_trained:
+        con.print(f"[yellow]note: not a fully trained feasible trial ({r.reason or r.status})")
+    con.print(f"preset:      {preset}  (archsearch train arch={preset})")
+    if hf_path is None:
+        con.print(f"config.json: not written: {hf.unmapped[0][1]}")
+        return 0
+    how = "exact" if hf.exact else "approximate: see the unmapped rows"
+    con.print(f"config.json: {hf_path}  ({hf.model_type}, {hf.library}; {how})")
+    from rich.markup import escape
+
+    rows = [[a, b, escape(json.dumps(v))] for a, b, v in hf.fields]
+    rows += [[k, "[red]unmapped[/red]", escape(why)] for k, why in hf.unmapped]
+    con.print(
+        output.table("ArchConfig -> config.json", ["archsearch", "config.json", "value"], rows)
+    )
+    return 0
+
+
+# ---- archsearch dashboard -----------------------------------------------------------------------
+
+
+def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
+    import signal
+
+    from archsearch.analysis.dashboard import PAGE, make_app, serve
+
+    output.check_format(cfg.format)
+    if not 0 <= cfg.port <= 65535:
+        raise UserError(f"must be 0 (any free port) to 65535, got {cfg.port}", key="port")
+    data = _open(cfg)
+    data.require_trained()
+    app = make_app(data.url, data.name, data.home)
+    server = serve(app, cfg.host, cfg.port)
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}"
+    urls = {
+        "optuna_dashboard": f"{base}/dashboard/studies/{data.study._study_id}",
+        "archsearch": f"{base}{PAGE}",
+        "study": data.name,
+        "storage": _redact(data.url),
+    }
+    if cfg.format == "json":  # one line, flushed: scripts read it while the server runs
+        print(json.dumps(urls), flush=True)
+    else:
+        con = output.console()
+        con.print(f"optuna-dashboard: {urls['optuna_dashboard']}")
+        con.print(f"archsearch page:  {urls['archsearch']} (any device, colour by family)")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            con.print(f"[yellow]listening on {host}: reachable from other machines")
+        con.print("Ctrl-C stops the server.")
+        print(end="", flush=True)
+    signal.signal(signal.SIGTERM, _stop)  # SIGTERM ends the server as Ctrl-C does
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _stop(*_: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _redact(url: str) -> str:
+    from archsearch.analysis.pareto import redact
+
+    return redact(url)
+
+
+# ---- archsearch profile -------------------------------------------------------------------------
+
+
+def profile_cmd(_sub: str | None, cfg: Any) -> int:
+    from dataclasses import asdict
+
+    from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
+    from archsearch.arch import load_arch
+    from archsearch.cost.devices import load_device
+    from archsearch.space.metrics import PRECISIONS, parse_quantity
+
+    output.check_format(cfg.format)
+    names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
+    devices = [d.strip() for d in str(cfg.device).split(",") if d.strip()]
+    if not names:
+        raise UserError("name at least one architecture", key="arch")
+    if not devices:
+        raise UserError("name at least one device profile", key="device")
+    if cfg.precision not in PRECISIONS:
+        raise UserError(
+            f"unknown precision {cfg.precision!r} (known: {', '.join(PRECISIONS)})",
+            key="precision",
+        )
+    for key in ("prompt", "repeats", "threads"):
+        if getattr(cfg, key) <= 0:
+            raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
+    for key in ("lengths", "batches"):
+        values = list(getattr(cfg, key))
+        if not values or min(values) <= 0:
+            raise UserError(f"give positive numbers, got {values}", key=key)
+    max_params = parse_quantity(cfg.max_params, "count", source=None, key="max_params")
+    archs = [load_arch(n) for n in names]
+    for d in devices:
+        load_device(d)
+    s = Settings(
+        prompt=cfg.prompt,
+        lengths=tuple(sorted(set(cfg.lengths))),
+        batches=tuple(sorted(set(cfg.batches))),
+        repeats=cfg.repeats,
+        threads=cfg.threads,
+        precision=cfg.precision,
+    )
+    results = profile(archs, devices, s, measure_max_params=max_params if cfg.measure else None)
+    out = Path(cfg.out) if cfg.out else Path("runs") / "profile" / "-".join(a.name for a in archs)
+    files = plot_all(results, devices, s, out)
+    rows = summary_rows(results, devices, s)
+    files["json"] = out / "profile.json"
+    files["json"].write_text(
+        json.dumps({"settings": asdict(s), "devices": devices, "results": results}, indent=2) + "\n"
+    )
+    if cfg.format == "json":
+        output.print_json({"summary": rows, "files": {k: str(v) for k, v in files.items()}})
+        return 0
+    from rich.markup import escape
+
+    con = output.console()
+    B, n = s.batches[0], s.lengths[-1]
+    cols = [
+        "arch",
+        "params",
+        f"state @{n} (measured)",
+        "cache fp32 (predicted)",
+        "ms/step (measured)",
+        *[f"ms/step {d}" for d in devices],
+        f"tokens/s batch {s.batches[-1]}",
+        "peak RSS",
+    ]
+    table_rows = [
+        [
+            r["arch"],
+            output.human(r["params"]),
+            output.human(r["state_bytes"], "B") if "state_bytes" in r else r["not_measured"],
+            output.human(r["predicted_cache_bytes_fp32"], "B"),
+            f"{r['step_ms']:.3g}" if "step_ms" in r else "-",
+            *[f"{r[f'predicted_step_ms[{d}]']:.3g}" for d in devices],
+            f"{r['tokens_per_s_max_batch']:.4g}" if "tokens_per_s_max_batch" in r else "-",
+            output.human(r["peak_rss_bytes"], "B") if "peak_rss_bytes" in r else "-",
+        ]
+        for r in rows
+    ]
+    con.print(
+        output.table(
+            escape(f"after a {s.prompt}-token prompt, {n} generated tokens, batch {B}"),
+            [escape(c) for c in cols],
+            table_rows,
+        )
+    )
+    for k, path in files.items():
+        con.print(escape(f"{k + ':':<22}{path}"))
+    return 0
