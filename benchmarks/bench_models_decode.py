@@ -8,7 +8,7 @@ of machine load hits both), always restarting from the same prefilled state, and
 the median over the steps. fp32, fixed threads. State bytes are `state_nbytes` of the state
 after the prefill.
 
-    python benchmarks/bench_models_decode.py [--threads 2] [--steps 40]
+    python benchmarks/bench_models_decode.py [--threads 2] [--steps 60]
 
 Prints a table and saves benchmarks/results/models_decode.json.
 """
@@ -95,8 +95,8 @@ def measure(name: str, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)

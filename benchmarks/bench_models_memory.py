@@ -1,5 +1,5 @@
 """Peak memory of one training step (forward + backward) of each linear mixer at sequence
-length 512, 1024 and 2048: it must grow linearly (x2 per doubling), not quadratically (x4).
+length 512, 1024, 2048 (and 4096): it must grow linearly (x2 per doubling), not quadratically (x4).
 
 Method. torch's CPU allocator keeps no peak statistics and tracemalloc does not see tensor
 memory, so every point runs in a FRESH subprocess: it builds a small language model of the
@@ -83,7 +83,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     p.add_argument("--mixers", nargs="*", default=[*LINEAR_FAMILIES, "mcsd", "mcsd_matrix_form"])
     p.add_argument("--out", default=str(RESULTS / "models_memory.json"))
     args = p.parse_args()

@@ -120,8 +120,10 @@ def test_causality(name):
     changed[0, 50:] = (changed[0, 50:] + 1) % V
     a, _ = model(idx)
     b, _ = model(changed)
-    assert max_diff(a[:, :50], b[:, :50]) == 0.0
-    assert max_diff(a[:, 50:], b[:, 50:]) > 0.0
+    # Equal up to fp32 rounding: with MoE, other tokens change the size of each expert's batch
+    # and with it the GEMM kernel's blocking (a real leak would be orders of magnitude larger).
+    assert max_diff(a[:, :50], b[:, :50]) <= 1e-5
+    assert max_diff(a[:, 50:], b[:, 50:]) > 1e-3
 
 
 def bytes_after(model, n: int) -> int:

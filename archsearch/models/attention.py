@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.arch import ArchConfig
+from archsearch.models.gemm import Linear
 from archsearch.models.rope import RoPE
 
 Cache = dict[str, torch.Tensor]
@@ -48,8 +49,8 @@ class Attention(nn.Module):
         a = arch.attention
         self.n_heads, self.n_kv_heads, self.head_dim = a.n_heads, a.n_kv_heads, a.head_dim
         self.window = a.window
-        self.qkv = nn.Linear(arch.d_model, (a.n_heads + 2 * a.n_kv_heads) * a.head_dim, bias=False)
-        self.o_proj = nn.Linear(a.n_heads * a.head_dim, arch.d_model, bias=False)
+        self.qkv = Linear(arch.d_model, (a.n_heads + 2 * a.n_kv_heads) * a.head_dim, bias=False)
+        self.o_proj = Linear(a.n_heads * a.head_dim, arch.d_model, bias=False)
         self.rope = RoPE(a.rope_dim, a.rope_theta)
 
     def _qkv(self, x: torch.Tensor, start: int) -> tuple[torch.Tensor, ...]:

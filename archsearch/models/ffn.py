@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.models.gemm import Linear
+
 
 class GatedFFN(nn.Module):
     """Gated FFN; subclasses set `act`."""
@@ -27,9 +29,9 @@ class GatedFFN(nn.Module):
     def __init__(self, d_model: int, d_ffn: int):
         super().__init__()
         self.d_ffn = d_ffn
-        self.gate = nn.Linear(d_model, d_ffn, bias=False)
-        self.up = nn.Linear(d_model, d_ffn, bias=False)
-        self.down = nn.Linear(d_ffn, d_model, bias=False)
+        self.gate = Linear(d_model, d_ffn, bias=False)
+        self.up = Linear(d_model, d_ffn, bias=False)
+        self.down = Linear(d_ffn, d_model, bias=False)
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -56,8 +58,8 @@ class PlainFFN(nn.Module):
     def __init__(self, d_model: int, d_ffn: int):
         super().__init__()
         self.d_ffn = d_ffn
-        self.up = nn.Linear(d_model, d_ffn, bias=False)
-        self.down = nn.Linear(d_ffn, d_model, bias=False)
+        self.up = Linear(d_model, d_ffn, bias=False)
+        self.down = Linear(d_ffn, d_model, bias=False)
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

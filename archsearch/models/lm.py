@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.arch import ArchConfig
+from archsearch.models.gemm import Linear
 from archsearch.models.moe import MoE
 from archsearch.models.norm import make_norm
 from archsearch.models.registry import build_channel_mixer, build_sequence_mixer
@@ -65,7 +66,7 @@ class LanguageModel(nn.Module):
         self.wte = nn.Embedding(V, d)
         self.blocks = nn.ModuleList(Block(arch, letter) for letter in arch.pattern)
         self.norm_f = make_norm(arch.norm, d, arch.norm_eps)
-        self.lm_head = nn.Linear(d, V, bias=False)
+        self.lm_head = Linear(d, V, bias=False)
         if arch.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.apply(_init_weights)

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from archsearch.arch import ArchConfig
+from archsearch.models.gemm import Linear
 
 CHUNK = 64
 
@@ -103,10 +104,8 @@ class MCSD(nn.Module):
         self.C, self.Dc, self.eps = C, d // C, arch.norm_eps
         self.w_in = nn.Parameter(torch.empty(C, self.Dc, 4 * self.Dc).normal_(std=0.02))
         self.norm_weight = nn.Parameter(torch.ones(C, self.Dc))
-        self.o_proj = nn.Linear(2 * d, d, bias=False)
-        betas = slope_betas(C)
-        self.register_buffer("beta", betas, persistent=False)  # float64 for the denominators
-        self.register_buffer("log_slope", (-betas).float(), persistent=False)
+        self.o_proj = Linear(2 * d, d, bias=False)
+        self.register_buffer("log_slope", -slope_betas(C).float(), persistent=False)
         self.register_buffer("log_alpha", decay_alphas(C).log().float(), persistent=False)
 
     # -- shared pieces --------------------------------------------------------------------------
@@ -128,7 +127,7 @@ class MCSD(nn.Module):
 
     def _denominator(self, start: int, T: int, device) -> torch.Tensor:
         t = torch.arange(start, start + T, device=device)
-        return slope_denominator(self.beta.to(device), t)  # [C, T], float64
+        return slope_denominator(slope_betas(self.C).to(device), t)  # [C, T], in float64
 
     # -- training (chunked) and the literal matrix form -------------------------------------------
 
@@ -162,7 +161,8 @@ class MCSD(nn.Module):
         t = torch.arange(T, device=device, dtype=torch.float64)
         diff = t[:, None] - t[None, :]
         below = diff > 0
-        logits = torch.where(below, -diff * self.beta.to(device)[:, None, None], float("-inf"))
+        beta = slope_betas(self.C).to(device)[:, None, None]
+        logits = torch.where(below, -diff * beta, float("-inf"))
         logits[:, 0, 0] = 1.0
         W_s = torch.softmax(logits, dim=-1)
         alpha = decay_alphas(self.C).to(device)[:, None, None]

@@ -35,6 +35,7 @@ from torch import nn
 
 from archsearch.arch import ArchConfig
 from archsearch.models.attention import band_mask
+from archsearch.models.gemm import Linear
 from archsearch.models.norm import RMSNorm
 from archsearch.models.rope import RoPE
 
@@ -52,15 +53,15 @@ class MLA(nn.Module):
         self.dc, self.q_rank, self.window = a.kv_rank, a.q_rank, a.window
         q_out = H * (self.dn + self.dr)
         if a.q_rank is None:
-            self.q_proj = nn.Linear(d, q_out, bias=False)
+            self.q_proj = Linear(d, q_out, bias=False)
         else:
-            self.q_a = nn.Linear(d, a.q_rank, bias=False)
+            self.q_a = Linear(d, a.q_rank, bias=False)
             self.q_norm = RMSNorm(a.q_rank, arch.norm_eps)
-            self.q_b = nn.Linear(a.q_rank, q_out, bias=False)
-        self.kv_a = nn.Linear(d, self.dc + self.dr, bias=False)
+            self.q_b = Linear(a.q_rank, q_out, bias=False)
+        self.kv_a = Linear(d, self.dc + self.dr, bias=False)
         self.kv_norm = RMSNorm(self.dc, arch.norm_eps)
-        self.kv_b = nn.Linear(self.dc, H * (self.dn + self.dv), bias=False)
-        self.o_proj = nn.Linear(H * self.dv, d, bias=False)
+        self.kv_b = Linear(self.dc, H * (self.dn + self.dv), bias=False)
+        self.o_proj = Linear(H * self.dv, d, bias=False)
         self.rope = RoPE(self.dr, a.rope_theta)
         self.scale = 1.0 / math.sqrt(self.dn + self.dr)
 

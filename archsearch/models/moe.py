@@ -12,7 +12,8 @@ balanced); the LM adds `moe.aux_loss_coef` times its sum over layers.
 Parameters: router: d -> E; experts: E FFNs (d, d_expert); shared: n_shared FFNs (d, d_expert).
 Active parameters per token: router + (top_k + n_shared) * one expert.
 Matmuls: router [N, d] x [d, E]; expert e: its FFN matmuls on its n_e routed tokens
-(Σ_e n_e = N k); shared experts on all N tokens.
+(Σ_e n_e = N k); shared experts on all N tokens. The routed experts' matmuls run on F.linear,
+not oneDNN (`gemm.Linear.onednn`): their row counts change every step.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 
 from archsearch.arch import ArchConfig
 from archsearch.models.ffn import FFNS
+from archsearch.models.gemm import Linear
 
 
 class MoE(nn.Module):
@@ -30,8 +32,11 @@ class MoE(nn.Module):
         m, d = arch.moe, arch.d_model
         ffn = FFNS[arch.ffn.kind]
         self.n_experts, self.top_k = m.n_experts, m.top_k
-        self.router = nn.Linear(d, m.n_experts, bias=False)
+        self.router = Linear(d, m.n_experts, bias=False)
         self.experts = nn.ModuleList(ffn(d, m.d_expert) for _ in range(m.n_experts))
+        for layer in self.experts.modules():  # their batch sizes change with the routing
+            if isinstance(layer, Linear):
+                layer.onednn = False
         self.shared = nn.ModuleList(ffn(d, m.d_expert) for _ in range(m.n_shared))
         self.aux_loss: torch.Tensor | None = None
         self.last_counts: list[int] = []

@@ -20,4 +20,14 @@ LINEAR_MIXERS = {
     "rwkv6": RWKV6,
 }
 
-__all__ = ["LINEAR_MIXERS", *(c.__name__ for c in LINEAR_MIXERS.values())]
+__all__ = [
+    "GLA",
+    "HGRN2",
+    "LINEAR_MIXERS",
+    "RWKV6",
+    "DeltaNet",
+    "GatedDeltaNet",
+    "LinearAttention",
+    "Mamba2",
+    "RetNet",
+]

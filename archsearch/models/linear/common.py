@@ -25,14 +25,15 @@ per-channel log decays are clamped at LOG_DECAY_MIN = -4 per step (a decay facto
 0.018 per token; the clamp is applied identically in every form, so the forms stay exactly
 equal). The delta rule uses the UT / WY transform of Yang et al. (2024): within a chunk,
 U = (I + A)^{-1} (diag(β) V - diag(β γ) K S_0) with A_ts = β_t (k_t . k_s) γ_t / γ_s (s < t),
-solved by a unit lower-triangular solve (not a matmul: L^3 / 3 multiply-adds per chunk and head).
+solved by one unit lower-triangular solve with the [L, dv + dk] right-hand side [diag(β) V,
+diag(β γ) K] (not a matmul: about L^2 (dv + dk) / 2 multiply-adds per chunk and head).
 
 Matmuls per chunk and head (L = 64, n = T / L chunks; counted by a FLOP counter):
   gated, no / scalar decay:  q k^T [L, dk] x [dk, L];  A v [L, L] x [L, dv];
     q S [L, dk] x [dk, dv];  k^T v [dk, L] x [L, dv].
   gated, per-channel decay:  as above, but q k^T becomes L / 16 products [16, dk] x [dk, L].
   delta:  k k^T and q k^T [L, dk] x [dk, L]; K_c S [L, dk] x [dk, dv]; q S; P U [L, L] x [L, dv];
-    k^T U [dk, L] x [L, dv]; plus the two triangular solves.
+    k^T U [dk, L] x [L, dv]; plus the triangular solve.
   step (per head): gated q S [1, dk] x [dk, dv] and k^T v [dk, 1] x [1, dv];
     delta S^T k, k (.)^T, q S of the same sizes.
 """
@@ -43,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.norm import RMSNorm
 
 CHUNK = 64
@@ -280,8 +282,8 @@ class LinearMixer(nn.Module):
         if output_block:
             H, dv = self.n_heads, self.value_dim
             self.o_norm = RMSNorm(dv, arch.norm_eps)
-            self.g_proj = nn.Linear(arch.d_model, H * dv, bias=False) if lin.output_gate else None
-            self.o_proj = nn.Linear(H * dv, arch.d_model, bias=False)
+            self.g_proj = Linear(arch.d_model, H * dv, bias=False) if lin.output_gate else None
+            self.o_proj = Linear(H * dv, arch.d_model, bias=False)
 
     def _output(self, o: torch.Tensor, gate_in: torch.Tensor) -> torch.Tensor:
         """o [B, H, T, dv] -> [B, T, d] through o_norm, the optional gate and o_proj."""

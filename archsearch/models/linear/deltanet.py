@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, ShortConv, delta, heads, part
 
 
@@ -43,12 +44,12 @@ class DeltaNet(LinearMixer):
         super().__init__(arch)
         d, H, dk, dv = arch.d_model, self.n_heads, self.key_dim, self.value_dim
         width = H * (2 * dk + dv)
-        self.qkv = nn.Linear(d, width, bias=False)
+        self.qkv = Linear(d, width, bias=False)
         k = arch.linear.conv_size
         self.conv = ShortConv(width, k) if k else None
-        self.b_proj = nn.Linear(d, H, bias=False)
+        self.b_proj = Linear(d, H, bias=False)
         if self.gated:
-            self.a_proj = nn.Linear(d, H, bias=False)
+            self.a_proj = Linear(d, H, bias=False)
             self.A_log = nn.Parameter(torch.empty(H).uniform_(1, 16).log())
             self.dt_bias = nn.Parameter(init_dt_bias(H))
 

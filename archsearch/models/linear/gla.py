@@ -15,8 +15,8 @@ Decode state: S [B, H, dk, dv].
 from __future__ import annotations
 
 import torch.nn.functional as F
-from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, gated, heads, part
 
 GATE_NORMALIZER = 16.0
@@ -27,9 +27,9 @@ class GLA(LinearMixer):
         super().__init__(arch)
         H, dk, dv = self.n_heads, self.key_dim, self.value_dim
         r = arch.linear.gate_rank
-        self.qkv = nn.Linear(arch.d_model, H * (2 * dk + dv), bias=False)
-        self.gk_a = nn.Linear(arch.d_model, r, bias=False)
-        self.gk_b = nn.Linear(r, H * dk, bias=False)
+        self.qkv = Linear(arch.d_model, H * (2 * dk + dv), bias=False)
+        self.gk_a = Linear(arch.d_model, r, bias=False)
+        self.gk_b = Linear(r, H * dk, bias=False)
 
     def state_shapes(self):
         return {"S": (self.n_heads, self.key_dim, self.value_dim)}

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, gated, heads, part
 
 
@@ -25,7 +25,7 @@ class HGRN2(LinearMixer):
     def __init__(self, arch):
         super().__init__(arch)
         H, dk, dv = self.n_heads, self.key_dim, self.value_dim
-        self.qfi = nn.Linear(arch.d_model, H * (2 * dk + dv), bias=False)
+        self.qfi = Linear(arch.d_model, H * (2 * dk + dv), bias=False)
 
     def state_shapes(self):
         return {"S": (self.n_heads, self.key_dim, self.value_dim)}

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, gated, heads, part
 
 FEATURE_MAPS = {
@@ -36,7 +36,7 @@ class LinearAttention(LinearMixer):
         H, dk, dv = self.n_heads, self.key_dim, self.value_dim
         self.feature_map = FEATURE_MAPS[lin.feature_map]
         self.normalize = bool(lin.normalize)
-        self.qkv = nn.Linear(arch.d_model, H * (2 * dk + dv), bias=False)
+        self.qkv = Linear(arch.d_model, H * (2 * dk + dv), bias=False)
 
     def state_shapes(self):
         return {"S": (self.n_heads, self.key_dim, self.value_dim + int(self.normalize))}

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, ShortConv, gated, heads, part
 from archsearch.models.linear.deltanet import init_dt_bias
 from archsearch.models.norm import RMSNorm
@@ -37,7 +38,7 @@ class Mamba2(LinearMixer):
         H, N, P = self.n_heads, self.key_dim, self.value_dim
         self.d_inner = H * P
         self.gate = bool(lin.output_gate)
-        self.in_proj = nn.Linear(
+        self.in_proj = Linear(
             arch.d_model, (2 if self.gate else 1) * self.d_inner + 2 * N + H, bias=False
         )
         k = lin.conv_size
@@ -46,7 +47,7 @@ class Mamba2(LinearMixer):
         self.dt_bias = nn.Parameter(init_dt_bias(H))
         self.D = nn.Parameter(torch.ones(H))
         self.norm = RMSNorm(self.d_inner, arch.norm_eps)
-        self.o_proj = nn.Linear(self.d_inner, arch.d_model, bias=False)
+        self.o_proj = Linear(self.d_inner, arch.d_model, bias=False)
 
     def state_shapes(self):
         shapes = {"S": (self.n_heads, self.key_dim, self.value_dim)}

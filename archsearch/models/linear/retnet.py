@@ -14,8 +14,8 @@ Decode state: S [B, H, dk, dv].
 from __future__ import annotations
 
 import torch
-from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, gated, heads, part
 
 
@@ -28,7 +28,7 @@ class RetNet(LinearMixer):
     def __init__(self, arch):
         super().__init__(arch)
         H, dk, dv = self.n_heads, self.key_dim, self.value_dim
-        self.qkv = nn.Linear(arch.d_model, H * (2 * dk + dv), bias=False)
+        self.qkv = Linear(arch.d_model, H * (2 * dk + dv), bias=False)
         self.register_buffer("log_decay", retnet_decays(H).log().float(), persistent=False)
 
     def state_shapes(self):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from archsearch.models.gemm import Linear
 from archsearch.models.linear.common import LinearMixer, gated, heads, part, token_shift
 
 
@@ -38,16 +39,16 @@ class RWKV6(LinearMixer):
         self.rank, self.n_mix = R, 5 if self.g_proj is not None else 4
         self.mu_x = nn.Parameter(torch.full((d,), 0.5))
         self.mu = nn.Parameter(torch.full((self.n_mix, d), 0.5))
-        self.maa_a = nn.Linear(d, self.n_mix * R, bias=False)
+        self.maa_a = Linear(d, self.n_mix * R, bias=False)
         self.maa_b = nn.Parameter(torch.empty(self.n_mix, R, d).uniform_(-0.01, 0.01))
         ramp = torch.linspace(0, 1, H * dk) ** 0.7
         self.w0 = nn.Parameter(-6.0 + 5.0 * ramp)
-        self.decay_a = nn.Linear(d, R, bias=False)
-        self.decay_b = nn.Linear(R, H * dk, bias=False)
+        self.decay_a = Linear(d, R, bias=False)
+        self.decay_b = Linear(R, H * dk, bias=False)
         self.u = nn.Parameter(torch.full((H, dk), 0.5))
-        self.r_proj = nn.Linear(d, H * dk, bias=False)
-        self.k_proj = nn.Linear(d, H * dk, bias=False)
-        self.v_proj = nn.Linear(d, H * dv, bias=False)
+        self.r_proj = Linear(d, H * dk, bias=False)
+        self.k_proj = Linear(d, H * dk, bias=False)
+        self.v_proj = Linear(d, H * dv, bias=False)
 
     def state_shapes(self):
         return {"S": (self.n_heads, self.key_dim, self.value_dim), "shift": (1, self.d_model)}
