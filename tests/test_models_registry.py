@@ -102,16 +102,22 @@ def test_active_params_count_only_routed_and_shared_experts():
     assert model.num_active_params() == model.num_params() - inactive
 
 
-def test_init_scales_residual_projections():
+def test_init_scales_with_fan_in_and_depth():
     a = tiny(d_model=128, n_layers=8, attention={"n_heads": 4}, ffn={"kind": "relu2", "d_ffn": 512})
     torch.manual_seed(0)
     model = build_model(a)
     block = model.blocks[3]
-    want = 0.02 / math.sqrt(2 * 8)
-    assert block.mixer.o_proj.weight.std().item() == pytest.approx(want, rel=0.05)
-    assert block.ffn.down.weight.std().item() == pytest.approx(want, rel=0.05)
-    assert block.mixer.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert model.wte.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    depth = math.sqrt(2 * 8)
+    assert block.mixer.o_proj.weight.std().item() == pytest.approx(128**-0.5 / depth, rel=0.05)
+    assert block.ffn.down.weight.std().item() == pytest.approx(512**-0.5 / depth, rel=0.05)
+    assert block.mixer.qkv.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
+    # tied: the embedding is the LM head, scaled like one; untied: unit embedding
+    assert model.lm_head.weight is model.wte.weight
+    assert model.wte.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
+    untied = build_model(tiny(d_model=128, n_layers=2, tie_embeddings=False,
+                              attention={"n_heads": 4}))
+    assert untied.wte.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    assert untied.lm_head.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
 
 
 # Sizes the presets' comments state (conf/arch/*.yaml), counted on the meta device.

@@ -3,6 +3,7 @@ early stopping, resuming after preemption and failure handling (archsearch.train
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -100,7 +101,12 @@ def test_loss_decreases_on_every_probe_task(cfg, tmp_path):
         sum(p["acc"] for p in r.probes.values()) / len(PROBE_TASKS)
     )
     assert r.steps == 0 and "val_loss" not in r.metrics  # no LM run for objective=probe
-    assert r.n_params == sum(p.numel() for p in T._build(tiny(), 0).parameters())
+    # probe models get an untied LM head (the tied one favours repeating the input token)
+    untied = dataclasses.replace(tiny(), tie_embeddings=False)
+    assert r.n_params == sum(p.numel() for p in T._build(untied, 0).parameters())
+    tied = run_trial(tiny(), probe_cfg.replace(probe_untied_head=False, probe_tasks=("recall",)),
+                     run_dir=tmp_path / "tied")
+    assert tied.n_params == sum(p.numel() for p in T._build(tiny(), 0).parameters())
 
 
 def test_flops_budgets_give_each_architecture_the_same_compute(cfg, tmp_path):

@@ -119,6 +119,7 @@ class TrainConfig:
     probe_seq_len: int = 128
     probe_vocab: int = 64
     probe_eval_size: int = 256
+    probe_untied_head: bool = True  # probe models get an untied LM head (see trial.py)
     keep_checkpoint: bool = False
 
     def __post_init__(self) -> None:

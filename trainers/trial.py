@@ -476,8 +476,16 @@ class _Trial:
             r.fraction = 1.0
 
     def _train_probe(self, probe: Probe, index: int) -> dict[str, Any]:
+        """Train a fresh model on one probe task. With `probe_untied_head` (the default) the
+        candidate gets an untied LM head: a small model whose head is its embedding scores the
+        input token itself highly, which on recall tasks (the query key is the input, the value
+        the answer) stalls every mixer at the same plateau and hides what the probes measure,
+        the sequence mixers' recall."""
         cfg = self.cfg
-        model = _build(self.arch, cfg.seed)
+        arch = self.arch
+        if cfg.probe_untied_head and arch.tie_embeddings:
+            arch = dataclasses.replace(arch, tie_embeddings=False)
+        model = _build(arch, cfg.seed)
         self.result.n_params = sum(p.numel() for p in model.parameters())
         opt = make_optimizer(model, cfg)
         rng = probe.train_rng(cfg.seed)

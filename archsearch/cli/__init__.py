@@ -161,8 +161,20 @@ def _command_help(name: str, cmd: Command) -> str:
     return "\n".join(lines)
 
 
+def _contain_caches() -> None:
+    """Libraries' caches go under the system temp dir unless the user chose a place: nothing
+    is written into the home directory by surprise (matplotlib's font cache, Ray's token)."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("MPLCONFIGDIR", os.path.join(tempfile.gettempdir(),
+                                                       "archsearch-matplotlib"))
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _contain_caches()
     try:
         return _main(argv)
     except UserError as err:

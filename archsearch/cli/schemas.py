@@ -61,6 +61,7 @@ class TrainCmdConfig:
     probe_seq_len: int = MISSING
     probe_vocab: int = MISSING
     probe_eval_size: int = MISSING
+    probe_untied_head: bool = MISSING
     keep_checkpoint: bool = MISSING
 
 

@@ -10,9 +10,13 @@ bias-free LayerNorm). The LM head is tied to the embedding when `tie_embeddings`
 Parameters: wte [V, d]; per block norm1 [d], mixer, norm2 [d], channel mixer; norm_f [d];
 lm_head [V, d] (the same tensor as wte when tied).
 Matmuls outside the blocks: lm_head [T, d] x [d, V] (the embedding is a lookup).
-Init: every Linear and the embedding N(0, 0.02); residual output projections (`o_proj` of the
-mixers, `down` of the FFNs and experts) N(0, 0.02 / sqrt(2 n_layers)) (GPT-2); mixer-specific
-parameters (decays, convolutions, norms) keep their modules' own initialisation.
+Init, scaled by fan-in: every Linear N(0, std 1/sqrt(fan_in)); residual output projections
+(`o_proj` of the mixers, `down` of the FFNs and experts) further divided by sqrt(2 n_layers)
+(GPT-2); an untied token embedding N(0, 1) (the first block's norm rescales it), a tied one
+with std 1/sqrt(d) since it is also the LM head. At width ~2500 this is GPT-2's 0.02; at the
+sandbox widths (64-512) 0.02 is several times too small and leaves small models unable to learn
+in-context recall (benchmarks/bench_trainer_probes.py). Mixer-specific parameters (decays,
+convolutions, norms) keep their modules' own initialisation.
 Decoding state: `State(layers, pos)`, one dict of tensors per layer (KV cache, MLA latents,
 recurrent state, conv / token-shift state) and the number of tokens seen.
 """
@@ -70,10 +74,12 @@ class LanguageModel(nn.Module):
         if arch.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.apply(_init_weights)
-        std = 0.02 / math.sqrt(2 * arch.n_layers)
+        if arch.tie_embeddings:  # the embedding is also the LM head: scale it as one
+            nn.init.normal_(self.wte.weight, mean=0.0, std=d**-0.5)
+        depth = math.sqrt(2 * arch.n_layers)
         for name, p in self.named_parameters():
             if name.endswith(RESIDUAL_PROJECTIONS):
-                nn.init.normal_(p, mean=0.0, std=std)
+                nn.init.normal_(p, mean=0.0, std=p.shape[-1] ** -0.5 / depth)
         self.aux_loss = torch.zeros(())
 
     # -- training -------------------------------------------------------------------------------
@@ -212,8 +218,10 @@ def sample(
 
 
 def _init_weights(module: nn.Module) -> None:
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=module.in_features**-0.5)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=1.0)
 
 
 def build_model(arch: ArchConfig) -> LanguageModel:

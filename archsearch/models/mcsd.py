@@ -102,7 +102,8 @@ class MCSD(nn.Module):
         super().__init__()
         d, C = arch.d_model, arch.mcsd.n_channels
         self.C, self.Dc, self.eps = C, d // C, arch.norm_eps
-        self.w_in = nn.Parameter(torch.empty(C, self.Dc, 4 * self.Dc).normal_(std=0.02))
+        # fan-in init per channel (as the LM's Linear layers)
+        self.w_in = nn.Parameter(torch.empty(C, self.Dc, 4 * self.Dc).normal_(std=self.Dc**-0.5))
         self.norm_weight = nn.Parameter(torch.ones(C, self.Dc))
         self.o_proj = Linear(2 * d, d, bias=False)
         self.register_buffer("log_slope", -slope_betas(C).float(), persistent=False)
