@@ -1,7 +1,7 @@
 """Accuracy of the latency model on this CPU: predicted vs measured TTFT and decode ms/token.
 
-Over 30+ architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
-compression, the eight linear families, MCSD, hybrids, MoE), two widths and several depths,
+Over 40 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
+compression, the eight linear families, MCSD, hybrids, MoE), widths 128-768 and depths 2-8,
 the real PyTorch models are timed here (medians of repeats at a fixed thread count, in
 `torch.inference_mode`): the prefill of a 256-token prompt (time to first token) and one decode
 step at context 512. The same quantities are predicted by the cost model with the `local`
@@ -40,7 +40,7 @@ PROMPT, CONTEXT = 256, 512
 
 
 def kinds(d: int) -> dict[str, dict]:
-    heads = d // 64
+    heads = max(1, d // 64)
     out = {
         "mha": dict(attention=AttentionConfig(kind="mha", n_heads=heads)),
         "gqa": dict(attention=AttentionConfig(n_heads=heads, n_kv_heads=2)),
@@ -69,21 +69,18 @@ def kinds(d: int) -> dict[str, dict]:
     return out
 
 
+SIZES = ((128, 2), (256, 4), (384, 3), (512, 2), (512, 6), (768, 4), (256, 8))
+
+
 def architectures() -> list[ArchConfig]:
+    """Every kind of mixer at two or three of the sizes (width x depth) of SIZES, assigned in a
+    fixed rotation, so that the set spans widths 128-768 and depths 2-8."""
     archs = []
-    for d, layers in ((256, 4), (512, 2), (512, 6)):
-        for name, sections in kinds(d).items():
-            if layers == 6 and name not in (
-                "gqa",
-                "mla",
-                "gla",
-                "mamba2",
-                "mcsd",
-                "moe",
-                "hybrid_gla",
-                "rwkv6",
-            ):
-                continue
+    names = list(kinds(64))
+    for i, name in enumerate(names):
+        for j in range(2 + (i % 2)):
+            d, layers = SIZES[(i + 3 * j) % len(SIZES)]
+            sections = kinds(d)[name]
             archs.append(
                 ArchConfig(
                     vocab_size=8192,

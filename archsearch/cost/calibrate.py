@@ -2,14 +2,20 @@
 
 Three measurements, each a median of repeats at a fixed number of torch threads:
 
-1. matmul throughput over shapes (rows m from 1 to 1024 against weights of 512^2 to 2048x4096),
-   in fp32 and bf16: the best large-matmul rate is the peak of its compute class, and the
-   half-efficiency row count `half_rows` is fitted to eff(m) = m / (m + half_rows);
-2. memory bandwidth: a streaming read (sum) and copy of 256 MiB, and a matrix-vector product
-   (which reads its whole weight once per call): the best of them is the bandwidth;
-3. overhead per operator: what the roofline of those figures leaves unexplained in the decode
-   steps of five small reference models (attention, MLA, GLA, Mamba2, MCSD), per operator
-   they dispatch (`archsearch.cost.counts.LAUNCHES`), by least squares.
+1. matmul throughput of the models' own linear layers (`archsearch.models.gemm`) over shapes
+   (rows m from 1 to 1024 against weights of 128^2 to 512x8192), in fp32 and bf16: kept as a
+   table of rates by weight size and row count (`matmul_table`); the best rate is the peak of
+   its compute class, and `half_rows` is fitted to eff(m) = m / (m + half_rows);
+2. memory bandwidth: a streaming read (sum) and copy of 256 MiB give the peak; a
+   matrix-vector product, which streams its whole weight once per call as a decode step does,
+   gives the bandwidth efficiency;
+3. whole models: the time to first token and the decode step of 21 small reference models
+   (attention, MLA, GLA, Mamba2, DeltaNet, MCSD and MoE, each at three sizes) fit, by least
+   squares on log times, the fraction of the measured matmul rates and bandwidth that models
+   reach (compute, bandwidth), the throughput of their other kernels over many tokens
+   (vector), and the fixed overhead per operator they dispatch
+   (`archsearch.cost.counts.LAUNCHES`). A last-level-cache term covers models whose weights
+   fit in the cache.
 
 The profile is written with a source line for every figure (the CPU model, the date, the
 thread count), and `prefill_logits: all` because archsearch's own prefill computes the logits
@@ -30,7 +36,15 @@ from typing import Any
 from archsearch import yamlio
 
 MATMUL_ROWS = (1, 4, 16, 64, 256, 1024)
-MATMUL_WEIGHTS = ((512, 512), (1024, 1024), (2048, 2048), (1024, 4096))
+MATMUL_WEIGHTS = (
+    (128, 128),
+    (256, 256),
+    (512, 512),
+    (1024, 1024),
+    (2048, 2048),
+    (1024, 4096),
+    (512, 8192),
+)
 
 
 def _median_time(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) -> float:
@@ -50,17 +64,52 @@ def _median_time(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) ->
 
 
 def measure_matmuls(dtype_name: str, repeats: int) -> list[dict[str, float]]:
+    """Throughput of the models' own linear layers (`archsearch.models.gemm.linear`: oneDNN
+    from 8 rows up, PyTorch's default below), weight [n, k] against m rows."""
     import torch
+
+    from archsearch.models.gemm import linear
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     out = []
     for k, n in MATMUL_WEIGHTS:
-        w = torch.randn(k, n, dtype=dtype)
+        w = torch.randn(n, k, dtype=dtype)
         for m in MATMUL_ROWS:
             x = torch.randn(m, k, dtype=dtype)
-            t = _median_time(lambda x=x, w=w: torch.matmul(x, w), repeats)
+            t = _median_time(lambda x=x, w=w: linear(x, w), repeats)
             out.append({"m": m, "k": k, "n": n, "seconds": t, "flops_per_s": 2 * m * k * n / t})
     return out
+
+
+def cache_capacity() -> float:
+    """Half the last-level cache (the rest holds activations and other tenants), in bytes."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * mult)
+        except ValueError:
+            continue
+    return max(sizes, default=0) / 2
+
+
+def measure_cache_bandwidth(capacity: float, repeats: int) -> float:
+    """Matrix-vector products over layers of weights that together fit the cache, read again
+    and again as a small model's decode steps do: bytes/s."""
+    import torch
+
+    from archsearch.models.gemm import linear
+
+    layers = [torch.randn(512, 512) for _ in range(max(1, int(capacity / 2 // (512 * 512 * 4))))]
+    v = torch.randn(1, 512)
+
+    def sweep():
+        for w in layers:
+            linear(v, w)
+
+    t = _median_time(sweep, repeats)
+    return sum(w.numel() * 4 for w in layers) / t
 
 
 def measure_bandwidth(repeats: int) -> dict[str, float]:
@@ -71,60 +120,121 @@ def measure_bandwidth(repeats: int) -> dict[str, float]:
     nbytes = a.numel() * 4
     t_sum = _median_time(lambda: a.sum(), repeats)
     t_copy = _median_time(lambda: b.copy_(a), repeats)
+    from archsearch.models.gemm import linear
+
     w = torch.randn(4096, 4096)
     v = torch.randn(1, 4096)
-    t_gemv = _median_time(lambda: torch.matmul(v, w), repeats)
+    t_gemv = _median_time(lambda: linear(v, w), repeats)
     return {"read": nbytes / t_sum, "copy": 2 * nbytes / t_copy, "gemv": w.numel() * 4 / t_gemv}
 
 
-def measure_overhead(repeats: int, profile: dict[str, Any]) -> dict[str, Any]:
-    """Seconds per dispatched operator: the part of real decode steps that the roofline of the
-    measured peaks and bandwidth does not explain, divided by the operators they dispatch
-    (least squares through the origin over reference models of every kind of mixer, each
-    timed as the least disturbed of its repeats)."""
+REFERENCE_PROMPT = 128
+
+
+def reference_models() -> list:
+    """Small models of every kind of mixer at three sizes, deep-narrow to wide-shallow (so that
+    the weights, the arithmetic and the operator count vary independently), timed by
+    `fit_to_models`. Their sizes, vocabulary
+    and lengths differ from those of benchmarks/bench_latency_accuracy.py, which checks the fit
+    out of sample."""
+    from archsearch.arch import (
+        ArchConfig,
+        AttentionConfig,
+        LayersConfig,
+        LinearConfig,
+        MCSDConfig,
+        MoEConfig,
+    )
+
+    out = []
+    for d, layers in ((128, 8), (320, 3), (640, 2)):
+        heads = d // 64
+        base = dict(vocab_size=4096, d_model=d, n_layers=layers, max_seq_len=1024)
+        out += [
+            ArchConfig(**base, attention=AttentionConfig(n_heads=heads, n_kv_heads=1)),
+            ArchConfig(
+                **base, attention=AttentionConfig(kind="mla", n_heads=heads, kv_rank=d // 4)
+            ),
+            ArchConfig(**base, layers=LayersConfig(mixer="linear"), linear=LinearConfig("gla")),
+            ArchConfig(**base, layers=LayersConfig(mixer="linear"), linear=LinearConfig("mamba2")),
+            ArchConfig(
+                **base, layers=LayersConfig(mixer="linear"), linear=LinearConfig("deltanet")
+            ),
+            ArchConfig(**base, layers=LayersConfig(mixer="mcsd"), mcsd=MCSDConfig(n_channels=4)),
+            ArchConfig(
+                **base,
+                attention=AttentionConfig(n_heads=heads, n_kv_heads=1),
+                moe=MoEConfig(n_experts=4, top_k=2, d_expert=d),
+            ),
+        ]
+    return out
+
+
+def fit_to_models(repeats: int, profile: dict[str, Any]) -> dict[str, Any]:
+    """Fit the efficiencies (compute, bandwidth) and the overhead per operator to real models:
+    the time to first token of a 128-token prompt and a decode step at context 128 of each
+    reference model (medians of repeats), by least squares on log times. The measured peaks
+    stay the ceiling; the fit says how much of them whole models reach."""
     import dataclasses
 
     import numpy as np
     import torch
+    from scipy.optimize import least_squares
 
-    from archsearch.arch import ArchConfig, AttentionConfig, LayersConfig, LinearConfig, MCSDConfig
     from archsearch.cost import model as cost_model
-    from archsearch.cost.counts import Columns, Phase
+    from archsearch.cost.counts import Columns
     from archsearch.cost.devices import parse_device
     from archsearch.models import build_model
 
-    device = parse_device(profile, source="calibration", default_name="local")
-    device = dataclasses.replace(
-        device,
-        efficiency={
-            k: dataclasses.replace(e, op_overhead_s=0.0) for k, e in device.efficiency.items()
-        },
-    )
-    base = dict(vocab_size=2048, d_model=128, n_layers=2, max_seq_len=1024)
-    archs = [
-        ArchConfig(**base, attention=AttentionConfig(n_heads=2)),
-        ArchConfig(**base, attention=AttentionConfig(kind="mla", n_heads=2, kv_rank=32)),
-        ArchConfig(**base, layers=LayersConfig(mixer="linear"), linear=LinearConfig("gla")),
-        ArchConfig(**base, layers=LayersConfig(mixer="linear"), linear=LinearConfig("mamba2")),
-        ArchConfig(**base, layers=LayersConfig(mixer="mcsd"), mcsd=MCSDConfig(n_channels=4)),
-    ]
-    excess, launches = [], []
+    base_device = parse_device(profile, source="calibration", default_name="local")
+    archs = reference_models()
+    measured = []
     for arch in archs:
+        torch.manual_seed(0)
         model = build_model(arch).eval()
+        prompt = torch.randint(0, arch.vocab_size, (1, REFERENCE_PROMPT))
         with torch.inference_mode():
-            _, state = model.prefill(torch.zeros(1, 64, dtype=torch.long))
-            token = torch.zeros(1, dtype=torch.long)
-            t = min(
-                _median_time(lambda m=model, s=state, x=token: m.step(x, s), 1)
-                for _ in range(repeats)
+            ttft = _median_time(lambda m=model, x=prompt: m.prefill(x), repeats, 0.0)
+            _, state = model.prefill(prompt)
+            token = prompt[:, -1]
+            decode = _median_time(lambda m=model, s=state, x=token: m.step(x, s), 4 * repeats, 0.0)
+        measured.append((ttft, decode))
+    tables = [Columns.from_archs([a]) for a in archs]
+
+    def device_with(x):
+        compute, bandwidth, overhead, vector = (float(v) for v in x)
+        eff = {
+            k: dataclasses.replace(
+                e,
+                compute=compute,
+                bandwidth=bandwidth,
+                op_overhead_s=overhead * 1e-6,
+                vector=vector,
             )
-        c = Columns.from_archs([arch])
-        phase = Phase("step", T=1, n0=64)
-        excess.append(t - float(cost_model.phase_seconds(c, phase, device, "fp32")[0]))
-        launches.append(float(cost_model.launch_count(c, phase)[0]))
-    x, y = np.array(launches), np.array(excess)
-    per_op = max(float(x @ y / (x @ x)), 0.0)
-    return {"op_overhead_s": per_op, "launches": launches, "excess_s": excess}
+            for k, e in base_device.efficiency.items()
+        }
+        return dataclasses.replace(base_device, efficiency=eff)
+
+    def residuals(x):
+        dev = device_with(x)
+        out = []
+        for c, (ttft, decode) in zip(tables, measured):
+            out.append(np.log(cost_model.ttft_s(c, dev, REFERENCE_PROMPT, "fp32")[0] / ttft))
+            out.append(np.log(cost_model.decode_s(c, dev, REFERENCE_PROMPT, "fp32")[0] / decode))
+        return out
+
+    eff = base_device.eff("fp32")
+    start = [eff.compute, eff.bandwidth, max(eff.op_overhead_s * 1e6, 1.0), 1.0]
+    fit = least_squares(residuals, start, bounds=([0.02, 0.02, 0.0, 0.02], [1.0, 1.0, 100.0, 1.0]))
+    errors = np.abs(np.exp(np.array(residuals(fit.x))) - 1)
+    return {
+        "compute": float(fit.x[0]),
+        "bandwidth": float(fit.x[1]),
+        "op_overhead_s": float(fit.x[2]) * 1e-6,
+        "vector": float(fit.x[3]),
+        "measured": measured,
+        "fit_mape_percent": float(100 * errors.mean()),
+    }
 
 
 def fit_half_rows(points: list[dict[str, float]], peak: float) -> float:
@@ -158,13 +268,16 @@ def calibrate(threads: int, repeats: int = 5, quick: bool = False) -> dict[str, 
     torch.set_num_threads(threads)
     if quick:
         global MATMUL_ROWS, MATMUL_WEIGHTS
-        MATMUL_ROWS, MATMUL_WEIGHTS = (1, 16, 256), ((512, 512), (1024, 1024))
+        MATMUL_ROWS, MATMUL_WEIGHTS = (1, 16, 256), ((256, 256), (1024, 1024))
     fp32 = measure_matmuls("fp32", repeats)
     bf16 = measure_matmuls("bf16", repeats)
     bw = measure_bandwidth(repeats)
     peak32 = max(p["flops_per_s"] for p in fp32)
     peak16 = max(p["flops_per_s"] for p in bf16)
-    bandwidth = max(bw.values())
+    bandwidth = max(bw["read"], bw["copy"])
+    llc = cache_capacity()
+    cache_bw = measure_cache_bandwidth(llc, repeats) if llc else 0.0
+    gemv_eff = min(1.0, bw["gemv"] / bandwidth)
     when = datetime.date.today().isoformat()
     where = (
         f"{cpu_name()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {threads} threads, {when}"
@@ -172,9 +285,10 @@ def calibrate(threads: int, repeats: int = 5, quick: bool = False) -> dict[str, 
     eff32 = {
         "compute": 1.0,
         "half_rows": round(fit_half_rows(fp32, peak32), 3),
-        "bandwidth": 1.0,
+        "bandwidth": round(gemv_eff, 4),
         "op_overhead_s": 0.0,  # fitted below, once the rest of the profile is known
-        "source": f"archsearch calibrate: peaks are measured maxima; half_rows fitted to "
+        "source": f"archsearch calibrate: peaks are measured maxima; bandwidth efficiency is a "
+        f"weight-streaming matrix-vector product's share of it; half_rows fitted to "
         f"{len(fp32)} fp32 matmuls; op_overhead_s fitted to decode steps of five reference models",
     }
     eff16 = {
@@ -195,23 +309,51 @@ def calibrate(threads: int, repeats: int = 5, quick: bool = False) -> dict[str, 
         "memory_bandwidth": float(f"{bandwidth:.4g}"),
         "memory_capacity": float(_memory_bytes()),
         "efficiency": {"fp32": eff32, "fp16": eff16},
+        "matmul_table": {
+            "weights": sorted({k * n for k, n in MATMUL_WEIGHTS}),
+            "rows": list(MATMUL_ROWS),
+            "rate": [
+                [float(f"{_rate(fp32, kn, m):.4g}") for m in MATMUL_ROWS]
+                for kn in sorted({k * n for k, n in MATMUL_WEIGHTS})
+            ],
+        },
+        "cache_capacity": float(llc),
+        "cache_bandwidth": float(f"{cache_bw:.4g}"),
         "sources": {
             "peak_flops.fp32": f"best fp32 torch.matmul over {len(fp32)} shapes ({where})",
             "peak_flops.fp16": f"best bf16 torch.matmul over {len(bf16)} shapes ({where})",
             "peak_flops.int8": "no int8 matmul path in eager PyTorch here: the fp32 rate",
-            "memory_bandwidth": f"best of streaming read {bw['read'] / 1e9:.3g} GB/s, copy "
-            f"{bw['copy'] / 1e9:.3g} GB/s and 4096^2 fp32 GEMV "
-            f"{bw['gemv'] / 1e9:.3g} GB/s ({where})",
+            "memory_bandwidth": f"best of a streaming read {bw['read'] / 1e9:.3g} GB/s and "
+            f"copy {bw['copy'] / 1e9:.3g} GB/s of 256 MiB; a 4096^2 fp32 GEMV streams its "
+            f"weight at {bw['gemv'] / 1e9:.3g} GB/s ({where})",
             "memory_capacity": "MemTotal of /proc/meminfo",
+            "matmul_table": f"fp32 rates of the models' linear layers over {len(fp32)} shapes "
+            f"({where})",
+            "cache_capacity": "half the last-level cache of /sys/devices/system/cpu/cpu0/cache",
+            "cache_bandwidth": f"matrix-vector products over cache-resident weights ({where})",
         },
     }
-    overhead = measure_overhead(repeats, profile)
+    fitted = fit_to_models(repeats, profile)
     for eff in profile["efficiency"].values():
-        eff["op_overhead_s"] = float(f"{overhead['op_overhead_s']:.3g}")
+        eff["compute"] = round(fitted["compute"], 4)
+        eff["bandwidth"] = round(fitted["bandwidth"], 4)
+        eff["op_overhead_s"] = float(f"{fitted['op_overhead_s']:.3g}")
+        eff["vector"] = round(fitted["vector"], 4)
+        eff["source"] = (
+            f"archsearch calibrate: half_rows fitted to {len(fp32)} matmuls of the "
+            f"models' linear layers; compute, bandwidth, vector and op_overhead_s fitted to "
+            f"the prefill and decode times of {len(reference_models())} reference "
+            f"models (fit error {fitted['fit_mape_percent']:.1f}%)"
+        )
     return {
         "profile": profile,
-        "raw": {"fp32": fp32, "bf16": bf16, "bandwidth": bw, "overhead": overhead},
+        "raw": {"fp32": fp32, "bf16": bf16, "bandwidth": bw, "fit": fitted},
     }
+
+
+def _rate(points: list[dict[str, float]], kn: int, m: int) -> float:
+    """Best measured rate for a weight size and row count (shapes of equal size: the best)."""
+    return max(p["flops_per_s"] for p in points if p["k"] * p["n"] == kn and p["m"] == m)
 
 
 def _memory_bytes() -> int:

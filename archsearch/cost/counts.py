@@ -206,6 +206,7 @@ class Op:
     backward_extra: np.ndarray | float = 0.0  # backward FLOPs beyond backward x flops
     extra_flops: np.ndarray | float = 0.0  # work a FLOP counter does not see (solves)
     launches: np.ndarray | float = 0.0  # operators dispatched (for the per-operator overhead)
+    kn: np.ndarray | float = 0.0  # weight elements of one matmul (k x n), for measured rates
 
 
 # Operators that `archsearch.models` dispatches per module in eager PyTorch (counted with a
@@ -261,6 +262,7 @@ def linear_op(name: str, tokens, k, n, *, count=1.0) -> Op:
         weights=k * n * count,
         acts=tokens * (k + n) * count,
         rows=tokens,
+        kn=k * n,
     )
 
 

@@ -31,6 +31,7 @@ class Efficiency:
     half_rows: float = 8.0  # rows (tokens) at which a matmul reaches half that efficiency
     bandwidth: float = 0.7  # fraction of peak bandwidth a streaming read reaches
     op_overhead_s: float = 5e-6  # fixed time per operator (dispatch, launch, sync)
+    vector: float = 1.0  # throughput of non-matmul kernels (scans, softmax, norms) vs roofline
     source: str = "default"
 
 
@@ -45,6 +46,11 @@ class DeviceProfile:
     efficiency: dict[str, Efficiency] = field(default_factory=dict)  # by compute class
     sources: dict[str, str] = field(default_factory=dict)
     prefill_logits: str = "last"  # last (llama.cpp) | all (archsearch.models' prefill)
+    # measured profiles (`archsearch calibrate`): matmul FLOP/s by weight size and row count,
+    # and the last-level cache that holds the weights of a model small enough to fit in it
+    matmul_table: dict | None = None  # {"weights": [k*n...], "rows": [m...], "rate": [[...]]}
+    cache_capacity: float = 0.0  # bytes (0: no cache level modelled)
+    cache_bandwidth: float = 0.0  # bytes/s
     path: str = ""
 
     def peak(self, precision: str) -> float:
@@ -84,6 +90,9 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         "efficiency",
         "sources",
         "prefill_logits",
+        "matmul_table",
+        "cache_capacity",
+        "cache_bandwidth",
     }
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -113,7 +122,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
                 source=source,
                 key=f"efficiency.{cls}",
             )
-        allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "source"}
+        allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "vector", "source"}
         bad = sorted(set(entry) - allowed)
         if bad:
             raise UserError(
@@ -138,8 +147,41 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         efficiency=efficiency,
         sources=sources,
         prefill_logits=_prefill_logits(raw.get("prefill_logits", "last"), source),
+        matmul_table=_matmul_table(raw.get("matmul_table"), source),
+        cache_capacity=_number(
+            raw.get("cache_capacity", 0), source=source, key="cache_capacity", zero_ok=True
+        ),
+        cache_bandwidth=_number(
+            raw.get("cache_bandwidth", 0), source=source, key="cache_bandwidth", zero_ok=True
+        ),
         path=source,
     )
+
+
+def _matmul_table(raw: Any, source: str) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        weights = [float(w) for w in raw["weights"]]
+        rows = [float(m) for m in raw["rows"]]
+        rate = [[float(r) for r in line] for line in raw["rate"]]
+        ok = (
+            len(rate) == len(weights)
+            and all(len(line) == len(rows) for line in rate)
+            and all(r > 0 for line in rate for r in line)
+            and weights == sorted(weights)
+            and rows == sorted(rows)
+        )
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise UserError(
+            "expected {weights: [sorted k*n], rows: [sorted m], rate: "
+            "[[FLOP/s per row count] per weight size]}",
+            source=source,
+            key="matmul_table",
+        )
+    return {"weights": weights, "rows": rows, "rate": rate}
 
 
 def _prefill_logits(value: Any, source: str) -> str:

@@ -118,28 +118,67 @@ def op_seconds(
 ) -> list[tuple[str, np.ndarray]]:
     """Roofline time of every op of a phase (multiplicity included), with its name.
     `lm_head_tokens` limits the LM head to that many tokens per sequence (a prefill that needs
-    only the last token's logits)."""
+    only the last token's logits).
+
+    Matmuls with weights run at peak x efficiency(rows), or, on a measured profile, at the
+    rate measured for their weight size and row count (x the fitted efficiency); other kernels
+    (attention, scans, norms) over many tokens at `vector` x their roofline; the memory side
+    runs at bandwidth x efficiency, or at the measured cache bandwidth when every weight the
+    phase reads fits in the last-level cache (small models decoding on a CPU)."""
     eff = device.eff(precision)
     peak_w = device.peak(precision)
     peak_a = device.peak("fp32" if precision == "fp32" else "fp16")
-    bw = device.memory_bandwidth * eff.bandwidth
     wb, ab, sb = WEIGHT_BITS[precision] / 8.0, ACT_BYTES[precision], cache_bits(precision) / 8.0
+    ops = cached_ops(c, phase)
+    bw = np.full(c.n, device.memory_bandwidth * eff.bandwidth)
+    if device.cache_capacity > 0:
+        weight_bytes = sum(count * op.weights for count, op in ops) * wb
+        bw = np.where(weight_bytes <= device.cache_capacity, device.cache_bandwidth, bw)
+    table = device.matmul_table if precision == "fp32" else None
+    # non-matmul kernels over many tokens run below their roofline; on one decoded token their
+    # cost is the per-operator overhead
+    vector = eff.vector if phase.kind == "forward" else 1.0
     out = []
-    for count, op in cached_ops(c, phase):
+    for count, op in ops:
         flops, acts, rows = op.flops, op.acts, op.rows
         if op.name == "lm_head" and lm_head_tokens is not None:
             scale = phase.B * lm_head_tokens / phase.tokens
             flops, acts, rows = flops * scale, acts * scale, phase.B * lm_head_tokens
         mem = (op.weights * wb + acts * ab + op.state * sb) / bw
         if op.kind == "elementwise":
-            t = mem
+            t = mem / vector
         else:
-            peak = peak_w if op.kind == "matmul" else peak_a
             rows = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
-            e = eff.compute * rows / (rows + eff.half_rows)
-            t = np.maximum((flops + op.extra_flops) / (peak * e), mem)
+            if table is not None and op.kind == "matmul" and np.any(op.kn):
+                rate = table_rate(table, op.kn, rows) * eff.compute
+            else:
+                peak = peak_w if op.kind == "matmul" else peak_a
+                rate = peak * eff.compute * rows / (rows + eff.half_rows)
+                if op.kind != "matmul":
+                    rate = rate * vector
+            t = np.maximum((flops + op.extra_flops) / rate, mem)
         out.append((op.name, count * (t + op.launches * eff.op_overhead_s)))
     return out
+
+
+def table_rate(table: dict, kn, rows) -> np.ndarray:
+    """Measured matmul FLOP/s at weight size `kn` and `rows` rows: bilinear interpolation in
+    log-log space over the calibration grid, clamped to its edges."""
+    lw, lr = np.log(table["weights"]), np.log(table["rows"])
+    grid = np.log(np.asarray(table["rate"]))
+    x = np.clip(np.log(np.maximum(np.asarray(kn, dtype=np.float64), 1.0)), lw[0], lw[-1])
+    y = np.clip(np.log(rows), lr[0], lr[-1])
+    i = np.clip(np.searchsorted(lw, x) - 1, 0, len(lw) - 2)
+    j = np.clip(np.searchsorted(lr, y) - 1, 0, len(lr) - 2)
+    tx = (x - lw[i]) / (lw[i + 1] - lw[i])
+    ty = (y - lr[j]) / (lr[j + 1] - lr[j])
+    v = (
+        grid[i, j] * (1 - tx) * (1 - ty)
+        + grid[i + 1, j] * tx * (1 - ty)
+        + grid[i, j + 1] * (1 - tx) * ty
+        + grid[i + 1, j + 1] * tx * ty
+    )
+    return np.exp(v)
 
 
 def cached_ops(c: Columns, phase: Phase) -> list:
