@@ -75,8 +75,9 @@ def objectives(space, arch_dict: dict, result: dict) -> tuple[float, float, bool
 
     arch = ArchConfig.from_dict(arch_dict)
     latency = metric_value(arch, space.objectives[1].spec.with_device("rpi5"))
-    feasible = all(c.violation(metric_value(arch, c.spec.with_device("rpi5"))) <= 0
-                   for c in space.constraints)
+    feasible = all(
+        c.violation(metric_value(arch, c.spec.with_device("rpi5"))) <= 0 for c in space.constraints
+    )
     return result["metrics"]["val_loss"], latency, feasible
 
 
@@ -94,23 +95,38 @@ def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, flo
     with tempfile.TemporaryDirectory() as tmp:
         space_file = SPACE
         if strategy == "random":  # the same space without its constraints
-            text = SPACE.read_text().split("constraints:")[0] + "objectives:" + \
-                SPACE.read_text().split("objectives:")[1]
+            text = (
+                SPACE.read_text().split("constraints:")[0]
+                + "objectives:"
+                + SPACE.read_text().split("objectives:")[1]
+            )
             space_file = Path(tmp) / "unconstrained.yaml"
             space_file.write_text(text)
         cfg = SimpleNamespace(
-            search_space=str(space_file), space_file=None, device="rpi5", trials=trials,
-            sampler="tpe" if strategy == "default" else "random", seed=seed, study_name=None,
-            run_dir=f"{tmp}/run", concurrency=2, cpus_per_trial=1,
-            early_stopping="asha" if strategy == "default" else "none", budget=None,
-            train={}, storage=SimpleNamespace(url=None),
+            search_space=str(space_file),
+            space_file=None,
+            device="rpi5",
+            trials=trials,
+            sampler="tpe" if strategy == "default" else "random",
+            seed=seed,
+            study_name=None,
+            run_dir=f"{tmp}/run",
+            concurrency=2,
+            cpus_per_trial=1,
+            early_stopping="asha" if strategy == "default" else "none",
+            budget=None,
+            train={},
+            storage=SimpleNamespace(url=None),
             ray=SimpleNamespace(address=None, num_cpus=2, verbose=False),
             latency=SimpleNamespace(mode="predicted", resource=None, repeats=5),
-            trainable="archsearch.sweep.testing:replay", format="json")
+            trainable="archsearch.sweep.testing:replay",
+            format="json",
+        )
         os.environ["ARCHSEARCH_REPLAY_CACHE"] = str(TRUTH)
         summary = run_sweep(cfg)
-        study = optuna.load_study(study_name=summary["study_name"],
-                                  storage=open_storage(summary["storage"]))
+        study = optuna.load_study(
+            study_name=summary["study_name"], storage=open_storage(summary["storage"])
+        )
         done = {t.number: t.datetime_complete for t in study.get_trials()}
         recs = [r for r in records(study) if r.status in ("trained", "stopped_early", "failed")]
     recs.sort(key=lambda r: done[r.number])  # in the order the trials finished
@@ -168,8 +184,10 @@ def main() -> None:
         ground_truth(args.workers)
     truth = json.loads(TRUTH.read_text())
     hv_true, total = true_front(truth)
-    print(f"ground truth: {len(truth)} candidates, true hypervolume {hv_true:.4g}, "
-          f"{total:,.0f} tokens to train them all")
+    print(
+        f"ground truth: {len(truth)} candidates, true hypervolume {hv_true:.4g}, "
+        f"{total:,.0f} tokens to train them all"
+    )
     grid = np.linspace(0, total, 101)
     results = {}
     for strategy in ("default", "random"):
@@ -179,18 +197,33 @@ def main() -> None:
             xs, ys = zip(*curve)
             step = [max([y for x, y in curve if x <= g], default=0.0) for g in grid]
             curves.append(step)
-            print(f"{strategy:8s} seed {seed}: {len(curve)} trials, {xs[-1]:,.0f} tokens, "
-                  f"hypervolume {ys[-1] / hv_true:.3f} of the true front", flush=True)
+            print(
+                f"{strategy:8s} seed {seed}: {len(curve)} trials, {xs[-1]:,.0f} tokens, "
+                f"hypervolume {ys[-1] / hv_true:.3f} of the true front",
+                flush=True,
+            )
         mean = np.mean(np.array(curves), axis=0) / hv_true
         results[strategy] = {"grid_tokens": grid.tolist(), "mean_hv_fraction": mean.tolist()}
     print("\nmean hypervolume fraction at a share of the compute of training every candidate:")
     for share in (0.1, 0.25, 0.5):
         i = int(share * 100)
-        print(f"  {share:4.0%}: default {results['default']['mean_hv_fraction'][i]:.3f}, "
-              f"random {results['random']['mean_hv_fraction'][i]:.3f}")
+        print(
+            f"  {share:4.0%}: default {results['default']['mean_hv_fraction'][i]:.3f}, "
+            f"random {results['random']['mean_hv_fraction'][i]:.3f}"
+        )
     out = HERE / "results" / "search_efficiency.json"
-    out.write_text(json.dumps({"true_hypervolume": hv_true, "total_tokens": total,
-                               "seeds": args.seeds, "trials": args.trials, **results}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "true_hypervolume": hv_true,
+                "total_tokens": total,
+                "seeds": args.seeds,
+                "trials": args.trials,
+                **results,
+            },
+            indent=1,
+        )
+    )
     import matplotlib
 
     matplotlib.use("Agg")

@@ -114,8 +114,9 @@ def test_init_scales_with_fan_in_and_depth():
     # tied: the embedding is the LM head, scaled like one; untied: unit embedding
     assert model.lm_head.weight is model.wte.weight
     assert model.wte.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
-    untied = build_model(tiny(d_model=128, n_layers=2, tie_embeddings=False,
-                              attention={"n_heads": 4}))
+    untied = build_model(
+        tiny(d_model=128, n_layers=2, tie_embeddings=False, attention={"n_heads": 4})
+    )
     assert untied.wte.weight.std().item() == pytest.approx(1.0, rel=0.05)
     assert untied.lm_head.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
 

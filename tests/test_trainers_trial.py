@@ -104,8 +104,11 @@ def test_loss_decreases_on_every_probe_task(cfg, tmp_path):
     # probe models get an untied LM head (the tied one favours repeating the input token)
     untied = dataclasses.replace(tiny(), tie_embeddings=False)
     assert r.n_params == sum(p.numel() for p in T._build(untied, 0).parameters())
-    tied = run_trial(tiny(), probe_cfg.replace(probe_untied_head=False, probe_tasks=("recall",)),
-                     run_dir=tmp_path / "tied")
+    tied = run_trial(
+        tiny(),
+        probe_cfg.replace(probe_untied_head=False, probe_tasks=("recall",)),
+        run_dir=tmp_path / "tied",
+    )
     assert tied.n_params == sum(p.numel() for p in T._build(tiny(), 0).parameters())
 
 

@@ -51,8 +51,7 @@ COMMANDS: dict[str, Command] = {
         ),
     ),
     "sweep": Command(
-        "run a search: cost-prune candidates, train the rest as Ray Tune trials, store the "
-        "study",
+        "run a search: cost-prune candidates, train the rest as Ray Tune trials, store the study",
         "sweep",
         "archsearch.cli.sweep_cmd:run",
         examples=(
@@ -167,8 +166,9 @@ def _contain_caches() -> None:
     import os
     import tempfile
 
-    os.environ.setdefault("MPLCONFIGDIR", os.path.join(tempfile.gettempdir(),
-                                                       "archsearch-matplotlib"))
+    os.environ.setdefault(
+        "MPLCONFIGDIR", os.path.join(tempfile.gettempdir(), "archsearch-matplotlib")
+    )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
