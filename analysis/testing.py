@@ -31,26 +31,10 @@ def _label_spec(label: str) -> MetricSpec:
 
 
 def price(arch: ArchConfig, space, devices: list[str]) -> tuple[dict, dict]:
-    """Device-independent and per-device cost numbers, as the sweep stores them."""
-    from archsearch.cost import metric_value
+    """Device-independent and per-device cost numbers, exactly as the sweep stores them."""
+    from archsearch.sweep.bridge import price as sweep_price
 
-    costs: dict[str, float] = {}
-    device_costs: dict[str, dict[str, float]] = {d: {} for d in devices}
-    specs = [o.spec for o in space.objectives] + [c.spec for c in space.constraints]
-    for spec in specs:
-        if spec.phase != "cost":
-            continue
-        if "device" in dict(spec.args):
-            for dev in devices:
-                s = MetricSpec(
-                    spec.metric, tuple((k, dev if k == "device" else v) for k, v in spec.args)
-                )
-                device_costs[dev][s.label] = metric_value(arch, s)
-        else:
-            costs[spec.label] = metric_value(arch, spec)
-    for metric in ("params", "non_embedding_params", "active_params"):
-        costs[metric] = metric_value(arch, MetricSpec(metric))
-    return costs, device_costs
+    return sweep_price(space, devices, arch)
 
 
 def make_study(

@@ -20,7 +20,7 @@ from typing import Any
 
 from archsearch.arch import ArchConfig, InvalidArch
 from archsearch.errors import UserError
-from archsearch.space.spec import Param, SearchSpace, _apply
+from archsearch.space.spec import Param, SearchSpace, _apply, set_path
 
 # ---- derived values ---------------------------------------------------------------------------
 
@@ -81,13 +81,7 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
 
     register_resolvers()
     for key, expr in derived.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
-        node[leaf] = expr
+        set_path(tree, key, expr)
     conf = OmegaConf.create(tree)
     out = {}
     for key in derived:
@@ -108,11 +102,7 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
                 raise DerivedError(err.reason, f"derived.{key}: {err}") from None
     resolved = OmegaConf.to_container(conf, resolve=False)
     for key, value in out.items():
-        node = resolved
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+        set_path(resolved, key, value)
     return resolved
 
 

@@ -397,15 +397,20 @@ def _dry_run_derived(space: SearchSpace) -> None:
         raise UserError(err.detail, source=space.source, key=err.key) from None
 
 
+def set_path(tree: dict, key: str, value: Any) -> None:
+    """tree["a"]["b"] = value for key "a.b", creating (or replacing null) sections on the way."""
+    node = tree
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+
+
 def _apply(base: dict, assignment: dict[str, Any]) -> dict:
     tree = copy.deepcopy(base)
     tree["vars"] = {}
     for key, value in assignment.items():
-        node = tree
-        *parents, leaf = key.split(".")
-        for part in parents:
-            if node.get(part) is None:
-                node[part] = {}
-            node = node[part]
-        node[leaf] = value
+        set_path(tree, key, value)
     return tree

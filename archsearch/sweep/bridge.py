@@ -103,19 +103,22 @@ def _set_constraints(state: SweepState, trial, violations: dict[str, float]) -> 
     )
 
 
-def price(state: SweepState, arch: ArchConfig) -> tuple[dict[str, float], dict[str, Any]]:
+def price(
+    space: SearchSpace, devices: list[str], arch: ArchConfig
+) -> tuple[dict[str, float], dict[str, Any]]:
     """Cost-model numbers: the space's device-independent metrics, and every device-dependent
-    one for every device profile (so analysis can redraw the front for another device)."""
+    one, with the default TTFT/decode/end-to-end latencies, for every device profile (so
+    analysis can redraw the front for another device)."""
     from archsearch.cost import metric_value
 
-    specs = [o.spec for o in state.space.objectives] + [c.spec for c in state.space.constraints]
+    specs = [o.spec for o in space.objectives] + [c.spec for c in space.constraints]
     costs: dict[str, float] = {}
-    device_costs: dict[str, dict[str, float]] = {d: {} for d in state.devices}
+    device_costs: dict[str, dict[str, float]] = {d: {} for d in devices}
     for spec in specs:
         if spec.phase != "cost":
             continue
         if "device" in dict(spec.args):
-            for dev in state.devices:
+            for dev in devices:
                 s = MetricSpec(
                     spec.metric, tuple((k, dev if k == "device" else v) for k, v in spec.args)
                 )
@@ -124,7 +127,7 @@ def price(state: SweepState, arch: ArchConfig) -> tuple[dict[str, float], dict[s
             costs[spec.label] = metric_value(arch, spec)
     for metric in ("params", "non_embedding_params", "active_params"):
         costs.setdefault(metric, metric_value(arch, MetricSpec(metric)))
-    for dev in state.devices:
+    for dev in devices:
         for metric in ("ttft_ms", "decode_ms", "e2e_ms"):
             from archsearch.space.metrics import METRICS
 
@@ -172,7 +175,7 @@ def next_candidate(state: SweepState, tune_id: str):
             skipped += 1
             continue
         arch = cand.arch
-        costs, device_costs = price(state, arch)
+        costs, device_costs = price(state.space, state.devices, arch)
         violations = {}
         reasons = []
         for c in state.space.constraints:

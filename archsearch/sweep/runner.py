@@ -107,13 +107,6 @@ def check_feasible(space: SearchSpace, device: str) -> int:
     from archsearch.space.candidates import sample_assignment
     from archsearch.sweep.bridge import _value, price
 
-    class _Probe:  # price() needs only these
-        def __init__(self):
-            self.space = space
-            self.devices = [device]
-            self.device = device
-
-    probe = _Probe()
     size = count(space)
     if math.isinf(size) or size > FEASIBILITY_PROBES:
         rng = random.Random(0)
@@ -128,7 +121,7 @@ def check_feasible(space: SearchSpace, device: str) -> int:
             reasons[cand.reason] = reasons.get(cand.reason, 0) + 1
             continue
         seen_valid += 1
-        costs, device_costs = price(probe, cand.arch)
+        costs, device_costs = price(space, [device], cand.arch)
         ok = True
         for c in space.constraints:
             spec = c.spec.with_device(device)
