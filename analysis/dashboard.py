@@ -16,22 +16,25 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from archsearch.analysis.front_table import export_command, format_cell, front_columns
+from archsearch.analysis.pareto import analyse, choose_axes
+from archsearch.analysis.plots import front_figure
 from archsearch.errors import UserError
+from archsearch.study import load
+
+__all__ = ["PAGE", "front_payload", "make_app", "optuna_study_path", "page_html", "serve"]
 
 PAGE = "/archsearch"
 
 
-def front_payload(url: str, study_name: str, home, query: dict[str, str]) -> str:
+def front_payload(url: str, study_name: str, home: Path | None, query: dict[str, str]) -> str:
     """The JSON the page draws: the plotly figure, the front table, a caption."""
-    from archsearch.analysis.pareto import analyse, choose_axes
-    from archsearch.analysis.plots import front_figure
-    from archsearch.analysis.report import _columns, _export_cmd, _fmt
-    from archsearch.analysis.study import load
-    from archsearch.cost.devices import load_device
+    from archsearch.cost.devices import load_device  # the cost model imports torch: on demand
 
     data = load(url, study_name)
     data.home = home
@@ -41,9 +44,9 @@ def front_payload(url: str, study_name: str, home, query: dict[str, str]) -> str
         data, device, query.get("x") or None, query.get("y") or None, query.get("z") or None
     )
     p = analyse(data, device, axes, is_default=is_default)
-    cols = _columns(p)
+    cols = front_columns(p)
     rows = [
-        [_fmt(k, row.get(k)) for k, _ in cols] + [_export_cmd(p, row["trial"])]
+        [format_cell(k, row.get(k)) for k, _ in cols] + [export_command(p, row["trial"])]
         for row in p.front_rows()
     ]
     rest = {
@@ -62,7 +65,9 @@ def front_payload(url: str, study_name: str, home, query: dict[str, str]) -> str
     return '{"figure": ' + front_figure(p).to_json() + ', "info": ' + json.dumps(rest) + "}"
 
 
-def page_html(study_name: str, study_id: int, devices: list[str], device: str) -> str:
+def page_html(study_name: str, study_page: str, devices: list[str], device: str) -> str:
+    """The archsearch page: device and axes controls, the figure and the front's table, drawn
+    from `PAGE/api/front`; `study_page` links optuna-dashboard's page of the study."""
     e = html.escape
     options = "".join(
         f'<option value="{e(d)}"{" selected" if d == device else ""}>{e(d)}</option>'
@@ -80,7 +85,7 @@ th, td {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }}
 #status {{ color: #444; }} #status.error {{ color: #b00; }}
 </style></head><body>
 <header><b>archsearch</b> study <code>{e(study_name)}</code> &middot;
-<a href="/dashboard/studies/{study_id}">optuna-dashboard (trials, attributes, its own
+<a href="{e(study_page)}">optuna-dashboard (trials, attributes, its own
 Pareto view)</a></header>
 <form id="controls">
 device <select id="device" name="device">{options}</select>
@@ -127,25 +132,28 @@ draw();
 """
 
 
-def make_app(url: str, study_name: str, home=None):
-    """optuna-dashboard's WSGI app with the archsearch page and its JSON route added."""
+def optuna_study_path(storage, study_name: str) -> str:
+    """optuna-dashboard's page of the study (its id through the storage's public API)."""
+    return f"/dashboard/studies/{storage.get_study_id_from_name(study_name)}"
+
+
+def make_app(storage, url: str, study_name: str, home: Path | None = None):
+    """optuna-dashboard's WSGI app on `storage` (`archsearch.study.open_storage(url)`) with the
+    archsearch page and its JSON route added."""
     import bottle
     from optuna_dashboard import wsgi
 
-    from archsearch.analysis.study import load
     from archsearch.cost.devices import device_names
-    from archsearch.sweep.study import open_storage
 
-    storage = open_storage(url)
     app = wsgi(storage)
     data = load(url, study_name)
-    study_id = data.study._study_id
+    study_page = optuna_study_path(storage, study_name)
     devices = sorted(set(device_names()) | set(data.meta.get("devices", [])))
     default_device = data.meta.get("device") or "rpi5"
 
     @app.get(PAGE)
     def page() -> str:
-        return page_html(study_name, study_id, devices, default_device)
+        return page_html(study_name, study_page, devices, default_device)
 
     @app.get(f"{PAGE}/plotly.min.js")
     def plotly_js() -> str:

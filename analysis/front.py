@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from archsearch.analysis.hypervolume import hypervolume as exact_hypervolume
 from archsearch.errors import UserError
-from archsearch.space.metrics import METRICS, MetricSpec
-from archsearch.sweep.study import TrialRecord
+from archsearch.metrics import METRICS, MetricSpec, check_argument, parse_label, typed_value
+from archsearch.study import TrialRecord
 
 
 @dataclass(frozen=True)
@@ -34,39 +35,13 @@ class Axis:
         return 1.0 if self.direction == "minimize" else -1.0
 
 
-def parse_label(label: str) -> tuple[str, dict[str, str]]:
-    """`decode_ms[rpi5,context=2048,precision=q4]` -> ("decode_ms", {device: rpi5, ...})."""
-    if "[" not in label:
-        return label, {}
-    name, _, rest = label.partition("[")
-    args: dict[str, str] = {}
-    for part in rest.rstrip("]").split(","):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            args[k] = v
-        elif name == "probe_acc":
-            args["task"] = part
-        else:
-            args["device"] = part
-    return name, args
-
-
 def for_device(label: str, device: str) -> str:
-    """The same metric label on another device."""
-    name, args = parse_label(label)
-    if "device" not in args:
-        return label
-    spec_args = tuple(
-        (k, device if k == "device" else _num(args[k])) for k in METRICS[name].args if k in args
-    )
-    return MetricSpec(name, spec_args).label
-
-
-def _num(v: str) -> Any:
+    """The same metric label on another device (labels that are not metrics stay as they
+    are)."""
     try:
-        return int(v)
+        return MetricSpec.parse(label).on_device(device).label
     except ValueError:
-        return v
+        return label
 
 
 def value_of(record: TrialRecord, label: str, objectives: list[str]) -> float | None:
@@ -119,9 +94,7 @@ def _cost_model_value(record: TrialRecord, label: str) -> float | None:
         from archsearch.arch import ArchConfig
         from archsearch.cost import metric_value
 
-        name, args = parse_label(label)
-        spec = MetricSpec(name, tuple((k, _num(args[k])) for k in METRICS[name].args if k in args))
-        _COST_CACHE[key] = metric_value(ArchConfig.from_dict(arch), spec)
+        _COST_CACHE[key] = metric_value(ArchConfig.from_dict(arch), MetricSpec.parse(label))
     return _COST_CACHE[key]
 
 
@@ -176,16 +149,14 @@ def front(records: list[TrialRecord], axes: list[Axis], objectives: list[str]):
 
 def hypervolume(values: np.ndarray, axes: list[Axis], reference: np.ndarray) -> float:
     """Hypervolume dominated by `values` up to `reference` (minimisation after flipping the
-    maximised axes), with Optuna's implementation; 0 when no point beats the reference."""
-    from optuna._hypervolume import compute_hypervolume
-
+    maximised axes); 0 when no point beats the reference."""
     signs = np.array([a.sign for a in axes])
     pts = values * signs
     ref = reference * signs
     pts = pts[np.isfinite(pts).all(axis=1) & np.all(pts < ref, axis=1)]
     if len(pts) == 0:
         return 0.0
-    return float(compute_hypervolume(pts, ref, assume_pareto=False))
+    return exact_hypervolume(pts, ref)
 
 
 def reference_point(values: np.ndarray, axes: list[Axis], margin: float = 0.1) -> np.ndarray:
@@ -230,44 +201,13 @@ def hypervolume_history(
             stale = True
         if k in at:
             if stale:
-                hv = _hv_minimised(front, reference * signs)
+                hv = exact_hypervolume(front, reference * signs)
                 stale = False
             out.append((cands[i].number, hv))
     return out
 
 
-def _hv_minimised(front: np.ndarray, ref: np.ndarray) -> float:
-    """Hypervolume of mutually non-dominated points (all axes minimised) up to `ref`."""
-    from optuna._hypervolume import compute_hypervolume
-
-    pts = front[np.all(front < ref, axis=1)]
-    return float(compute_hypervolume(pts, ref, assume_pareto=True)) if len(pts) else 0.0
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if isinstance(x, float) and math.isfinite(x) else None
-
-
 # ---- axes from the command line -----------------------------------------------------------------
-
-
-def _axis_args(spec: str) -> tuple[str, dict[str, str]]:
-    """`decode_ms[context=2048,precision=q4]` or the shell- and Hydra-friendly spelling
-    `decode_ms@context:2048@precision:q4` (a bare `@rpi5` / `@recall` is a device / task)."""
-    spec = spec.strip()
-    if "[" in spec or "@" not in spec:
-        return parse_label(spec)
-    name, *parts = spec.split("@")
-    args: dict[str, str] = {}
-    for part in parts:
-        if ":" in part:
-            k, v = part.split(":", 1)
-            args[k.strip()] = v.strip()
-        elif name == "probe_acc":
-            args["task"] = part.strip()
-        else:
-            args["device"] = part.strip()
-    return name.strip(), args
 
 
 def study_labels(meta: dict[str, Any], objectives: list[str]) -> list[str]:
@@ -291,9 +231,7 @@ def resolve_axis(
     taken from the study's own use of the metric (its objective or constraint), else the
     metric's defaults; the device is the one asked for. The direction is the study's for its
     objectives, else the metric's natural one."""
-    from archsearch.space.metrics import _Reader
-
-    name, given = _axis_args(spec)
+    name, given = parse_label(spec)
     if name not in METRICS:
         raise UserError(
             f"unknown metric {name!r} in {spec!r} (known: {', '.join(METRICS)})", key=key
@@ -310,19 +248,18 @@ def resolve_axis(
     for label in study_labels(meta, objectives):
         other, other_args = parse_label(label)
         if other == name:
-            args.update({k: _num(v) for k, v in other_args.items() if k in args})
+            args.update({k: typed_value(v) for k, v in other_args.items() if k in args})
             break
-    args.update({k: _num(v) for k, v in given.items()})
+    args.update({k: typed_value(v) for k, v in given.items()})
     if "device" in args:
         args["device"] = given.get("device", device)
-    reader = _Reader(None, ())
     for arg, value in args.items():
         if arg == "device":
             from archsearch.cost.devices import load_device
 
             load_device(str(value), key=key)
         else:
-            reader.check_arg(name, arg, value, key)
+            check_argument(arg, value, key=key)
     label = MetricSpec(name, tuple(args.items())).label
     direction = mdef.direction
     for obj, d in zip(objectives, directions):

@@ -16,16 +16,15 @@ from archsearch.analysis.front import (
     front,
     hypervolume,
     hypervolume_history,
-    parse_label,
     points,
     reference_point,
     resolve_axis,
     study_labels,
     value_of,
 )
-from archsearch.analysis.study import StudyData
 from archsearch.errors import UserError
-from archsearch.sweep.study import TrialRecord
+from archsearch.metrics import parse_label
+from archsearch.study import StudyData, TrialRecord, redact
 
 
 @dataclass
@@ -101,12 +100,6 @@ class Pareto:
         }
 
 
-def redact(url: str) -> str:
-    import re
-
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-
-
 def choose_axes(
     data: StudyData, device: str, x: str | None, y: str | None, z: str | None
 ) -> tuple[list[Axis], bool]:
@@ -129,7 +122,7 @@ def choose_axes(
         )
 
     def default_for(want_train: bool) -> Axis:
-        from archsearch.space.metrics import METRICS
+        from archsearch.metrics import METRICS
 
         for a in defaults:
             name = parse_label(a.label)[0]

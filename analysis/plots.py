@@ -16,6 +16,7 @@ import numpy as np
 
 from archsearch.analysis.front import axis_title, display_scale
 from archsearch.analysis.pareto import Pareto
+from archsearch.study import TrialRecord
 
 PALETTE = (
     "#1f77b4",
@@ -48,11 +49,11 @@ def family_colours(families: list[str]) -> dict[str, str]:
     return {f: PALETTE[i % len(PALETTE)] for i, f in enumerate(sorted(set(families)))}
 
 
-def _family(r) -> str:
+def _family(r: TrialRecord) -> str:
     return str(r.attrs.get("family") or "unknown")
 
 
-def _share(r) -> float:
+def _share(r: TrialRecord) -> float:
     v = r.attrs.get("attention_share")
     return float(v) if v is not None else float("nan")
 
@@ -236,7 +237,27 @@ def hypervolume_png(p: Pareto, path: Path) -> Path:
 # ---- plotly -------------------------------------------------------------------------------------
 
 
-def _hover(p: Pareto, r, v: np.ndarray, group: str) -> str:
+def front_figure(p: Pareto):
+    """The interactive figure: traces per mixer family, the front ('Pareto front', a staircase
+    through exactly the front's points), the other trials by kind, and a second view coloured
+    by attention share (buttons switch views)."""
+    import plotly.graph_objects as go
+
+    tv, ov, band = placed(p)
+    colours = family_colours([_family(r) for r in p.trained + p.others])
+    traces = [
+        *_family_traces(p, tv, colours),
+        _share_trace(p, tv),
+        _front_trace(p, tv),
+        *_other_traces(p, ov, colours),
+    ]
+    scatter = go.Scatter if len(p.axes) == 2 else go.Scatter3d
+    fig = go.Figure([scatter(**t) for t in traces])
+    fig.update_layout(**_layout(p, ov, band, [t["meta"]["kind"] for t in traces]))
+    return fig
+
+
+def _hover(p: Pareto, r: TrialRecord, v: np.ndarray, group: str) -> str:
     from html import escape
 
     lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
@@ -248,92 +269,89 @@ def _hover(p: Pareto, r, v: np.ndarray, group: str) -> str:
     return "<br>".join(escape(line) for line in lines)
 
 
-def front_figure(p: Pareto):
-    """The interactive figure: traces per mixer family, the front ('Pareto front', a staircase
-    through exactly the front's points), the other trials by kind, and a second view coloured
-    by attention share (buttons switch views)."""
-    import plotly.graph_objects as go
+def _trained_hover(p: Pareto, k: int) -> str:
+    """The hover text of the k-th fully trained trial."""
+    return _hover(p, p.trained[k], p.values[k], "front" if p.on_front[k] else "trained")
 
-    tv, ov, band = placed(p)
-    d = len(p.axes)
-    scatter = go.Scatter if d == 2 else go.Scatter3d
-    colours = family_colours([_family(r) for r in p.trained + p.others])
-    fam = [_family(r) for r in p.trained]
 
-    def coords(vals: np.ndarray) -> dict:
-        names = ("x", "y", "z")[:d]
-        return {n: vals[:, k].tolist() for k, n in enumerate(names)}
+def _coords(points: np.ndarray) -> dict[str, list[float]]:
+    """A trace's x, y (and z) from display coordinates [n, d]."""
+    return {name: points[:, k].tolist() for k, name in enumerate("xyz"[: points.shape[1]])}
 
-    traces, view = [], []  # view: "family", "share" or "both"
-    for f in sorted(set(fam)):
-        rows = [k for k, x in enumerate(fam) if x == f]
+
+def _family_traces(p: Pareto, tv: np.ndarray, colours: dict[str, str]) -> list[dict]:
+    """One trace per mixer family of the fully trained trials (the family view)."""
+    families = [_family(r) for r in p.trained]
+    traces = []
+    for f in sorted(set(families)):
+        rows = [k for k, x in enumerate(families) if x == f]
         traces.append(
-            scatter(
-                **coords(tv[rows]),
-                mode="markers",
-                name=f,
-                legendgroup=f,
-                marker={"color": colours[f], "size": 9 if d == 2 else 5, "opacity": 0.85},
-                hovertext=[
-                    _hover(p, p.trained[k], p.values[k], "front" if p.on_front[k] else "trained")
-                    for k in rows
-                ],
-                hoverinfo="text",
-                meta={"kind": "family", "trials": [p.trained[k].number for k in rows]},
-            )
+            {
+                **_coords(tv[rows]),
+                "mode": "markers",
+                "name": f,
+                "legendgroup": f,
+                "marker": {"color": colours[f], "size": _size(p, 9, 5), "opacity": 0.85},
+                "hovertext": [_trained_hover(p, k) for k in rows],
+                "hoverinfo": "text",
+                "meta": {"kind": "family", "trials": [p.trained[k].number for k in rows]},
+            }
         )
-        view.append("family")
-    traces.append(
-        scatter(
-            **coords(tv),
-            mode="markers",
-            name="attention share",
-            marker={
-                "color": [_share(r) for r in p.trained],
-                "colorscale": "Viridis",
-                "cmin": 0.0,
-                "cmax": 1.0,
-                "size": 9 if d == 2 else 5,
-                "colorbar": {"title": {"text": "attention<br>share"}},
-            },
-            hovertext=[
-                _hover(p, r, v, "front" if on else "trained")
-                for r, v, on in zip(p.trained, p.values, p.on_front)
-            ],
-            hoverinfo="text",
-            visible=False,
-            meta={"kind": "share", "trials": [r.number for r in p.trained]},
-        )
-    )
-    view.append("share")
+    return traces
+
+
+def _share_trace(p: Pareto, tv: np.ndarray) -> dict:
+    """The fully trained trials coloured by attention share (the share view, hidden at first)."""
+    return {
+        **_coords(tv),
+        "mode": "markers",
+        "name": "attention share",
+        "marker": {
+            "color": [_share(r) for r in p.trained],
+            "colorscale": "Viridis",
+            "cmin": 0.0,
+            "cmax": 1.0,
+            "size": _size(p, 9, 5),
+            "colorbar": {"title": {"text": "attention<br>share"}},
+        },
+        "hovertext": [_trained_hover(p, k) for k in range(len(p.trained))],
+        "hoverinfo": "text",
+        "visible": False,
+        "meta": {"kind": "share", "trials": [r.number for r in p.trained]},
+    }
+
+
+def _front_trace(p: Pareto, tv: np.ndarray) -> dict:
+    """The front's points ringed in black; in 2-D joined by its staircase (sorted by x)."""
     order = np.flatnonzero(p.on_front)
-    if d == 2:
+    if len(p.axes) == 2:
         order = order[np.argsort(tv[order, 0], kind="stable")]
-    if d == 2:
         shape = {"post": "hv", "pre": "vh"}[staircase(p, tv[order])[1]]
-        front_style = {
+        style = {
             "mode": "lines+markers",
             "line": {"color": "black", "dash": "dash", "shape": shape, "width": 1},
         }
     else:
-        front_style = {"mode": "markers"}
-    traces.append(
-        scatter(
-            **coords(tv[order]),
-            name="Pareto front",
-            marker={
-                "size": 15 if d == 2 else 8,
-                "color": "rgba(0,0,0,0)",
-                "line": {"color": "black", "width": 2},
-                "symbol": "circle-open" if d == 3 else "circle",
-            },
-            hovertext=[_hover(p, p.trained[k], p.values[k], "front") for k in order],
-            hoverinfo="text",
-            meta={"kind": "front", "trials": [p.trained[k].number for k in order]},
-            **front_style,
-        )
-    )
-    view.append("both")
+        style = {"mode": "markers"}
+    return {
+        **_coords(tv[order]),
+        "name": "Pareto front",
+        "marker": {
+            "size": _size(p, 15, 8),
+            "color": "rgba(0,0,0,0)",
+            "line": {"color": "black", "width": 2},
+            "symbol": "circle" if len(p.axes) == 2 else "circle-open",
+        },
+        "hovertext": [_hover(p, p.trained[k], p.values[k], "front") for k in order],
+        "hoverinfo": "text",
+        "meta": {"kind": "front", "trials": [p.trained[k].number for k in order]},
+        **style,
+    }
+
+
+def _other_traces(p: Pareto, ov: np.ndarray, colours: dict[str, str]) -> list[dict]:
+    """The trials that are not fully trained and feasible, one trace per kind (both views)."""
+    traces = []
     for group, (_, symbol, text) in OTHER_MARKERS.items():
         rows = [
             k
@@ -343,80 +361,38 @@ def front_figure(p: Pareto):
         if not rows:
             continue
         traces.append(
-            scatter(
-                **coords(ov[rows]),
-                mode="markers",
-                name=text,
-                marker={
+            {
+                **_coords(ov[rows]),
+                "mode": "markers",
+                "name": text,
+                "marker": {
                     "symbol": symbol,
-                    "size": 9 if d == 2 else 4,
+                    "size": _size(p, 9, 4),
                     "color": [colours[_family(p.others[k])] for k in rows],
                     "line": {"width": 1.5},
                 },
-                hovertext=[_hover(p, p.others[k], p.other_values[k], group) for k in rows],
-                hoverinfo="text",
-                meta={"kind": group, "trials": [p.others[k].number for k in rows]},
-            )
-        )
-        view.append("both")
-    fig = go.Figure(traces)
-    shapes, notes = [], []
-    if d == 2:
-        for k in (1, 0):
-            at = band_at(ov, band, k)
-            if at is None:
-                continue
-            scale = display_scale(p.axes[k].label)[0]
-            col = np.concatenate([p.values[:, k], p.other_values[:, k]]) / scale
-            col = col[np.isfinite(col)]
-            half = 0.4 * STRIP * max(col.max() - col.min(), 1e-12)
-            band_style = {
-                "type": "rect",
-                "fillcolor": "#eeeeee",
-                "line": {"width": 0},
-                "layer": "below",
+                "hovertext": [_hover(p, p.others[k], p.other_values[k], group) for k in rows],
+                "hoverinfo": "text",
+                "meta": {"kind": group, "trials": [p.others[k].number for k in rows]},
             }
-            if k == 1:  # a horizontal band at the loss the untrained trials lack
-                shapes.append(
-                    {
-                        **band_style,
-                        "xref": "paper",
-                        "yref": "y",
-                        "x0": 0,
-                        "x1": 1,
-                        "y0": at - half,
-                        "y1": at + half,
-                    }
-                )
-                notes.append(
-                    {
-                        "xref": "paper",
-                        "yref": "y",
-                        "x": 0.005,
-                        "y": at,
-                        "text": "not trained",
-                        "showarrow": False,
-                        "xanchor": "left",
-                        "font": {"size": 10, "color": "#666666"},
-                    }
-                )
-            else:
-                shapes.append(
-                    {
-                        **band_style,
-                        "xref": "x",
-                        "yref": "paper",
-                        "x0": at - half,
-                        "x1": at + half,
-                        "y0": 0,
-                        "y1": 1,
-                    }
-                )
-    buttons = [
+        )
+    return traces
+
+
+def _size(p: Pareto, flat: int, deep: int) -> int:
+    """A marker size: `flat` in a 2-D figure, `deep` in a 3-D one."""
+    return flat if len(p.axes) == 2 else deep
+
+
+def _layout(p: Pareto, ov: np.ndarray, band: np.ndarray, kinds: list[str]) -> dict:
+    """Title, legend, axis titles, the view buttons and the 'not trained' bands; `kinds` are
+    the traces' meta kinds, in order."""
+    shapes, notes = _not_trained_bands(p, ov, band)
+    buttons = [  # the family and the share view; the front and the other trials are in both
         {
             "label": label,
             "method": "update",
-            "args": [{"visible": [v in (want, "both") for v in view]}],
+            "args": [{"visible": [k == want or k not in ("family", "share") for k in kinds]}],
         }
         for label, want in (
             ("colour: mixer family", "family"),
@@ -444,18 +420,67 @@ def front_figure(p: Pareto):
         "shapes": shapes,
         "annotations": notes,
     }
-    titles = [axis_title(a.label) for a in p.axes]
-    if d == 2:
-        layout["xaxis"] = {"title": {"text": titles[0]}}
-        layout["yaxis"] = {"title": {"text": titles[1]}}
+    titles = [{"title": {"text": axis_title(a.label)}} for a in p.axes]
+    if len(p.axes) == 2:
+        layout["xaxis"], layout["yaxis"] = titles
     else:
-        layout["scene"] = {
-            "xaxis": {"title": {"text": titles[0]}},
-            "yaxis": {"title": {"text": titles[1]}},
-            "zaxis": {"title": {"text": titles[2]}},
-        }
-    fig.update_layout(**layout)
-    return fig
+        layout["scene"] = dict(zip(("xaxis", "yaxis", "zaxis"), titles))
+    return layout
+
+
+def _not_trained_bands(p: Pareto, ov: np.ndarray, band: np.ndarray) -> tuple[list, list]:
+    """2-D only: grey bands where trials lacking a value sit (shapes), the horizontal one at
+    the loss the untrained trials lack labelled 'not trained' (annotations)."""
+    shapes: list[dict] = []
+    notes: list[dict] = []
+    if len(p.axes) != 2:
+        return shapes, notes
+    style = {"type": "rect", "fillcolor": "#eeeeee", "line": {"width": 0}, "layer": "below"}
+    for k in (1, 0):
+        at = band_at(ov, band, k)
+        if at is None:
+            continue
+        scale = display_scale(p.axes[k].label)[0]
+        col = np.concatenate([p.values[:, k], p.other_values[:, k]]) / scale
+        col = col[np.isfinite(col)]
+        half = 0.4 * STRIP * max(col.max() - col.min(), 1e-12)
+        if k == 1:
+            shapes.append(
+                {
+                    **style,
+                    "xref": "paper",
+                    "yref": "y",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": at - half,
+                    "y1": at + half,
+                }
+            )
+            notes.append(
+                {
+                    "xref": "paper",
+                    "yref": "y",
+                    "x": 0.005,
+                    "y": at,
+                    "text": "not trained",
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "font": {"size": 10, "color": "#666666"},
+                }
+            )
+        else:
+            shapes.append(
+                {
+                    **style,
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": at - half,
+                    "x1": at + half,
+                    "y0": 0,
+                    "y1": 1,
+                }
+            )
+    return shapes, notes
 
 
 def front_html(p: Pareto, path: Path) -> Path:

@@ -36,6 +36,11 @@ from typing import Any
 
 from archsearch import yamlio
 from archsearch.errors import UserError
+from archsearch.resources import conf_dir, resolve
+
+# tokens per chunk of the chunked (training) forms of the linear mixers and MCSD: the models
+# (`archsearch.models.linear.common`, `archsearch.models.mcsd`) and the cost model count with it
+CHUNK = 64
 
 # ---- registered names -------------------------------------------------------------------------
 
@@ -225,11 +230,7 @@ class ArchConfig:
     @property
     def pattern(self) -> str:
         """The resolved per-layer mixer letters, one per layer (e.g. 'LLLNLLLNLLLN')."""
-        return resolve_pattern(self.layers, self.n_layers)
-
-    def layer_mixers(self) -> tuple[str, ...]:
-        """The per-layer sequence mixer names ('attention', 'linear', 'mcsd')."""
-        return tuple(MIXER_OF_LETTER[c] for c in self.pattern)
+        return _resolve_pattern(self.layers, self.n_layers)
 
     @property
     def n_attention_layers(self) -> int:
@@ -393,9 +394,7 @@ class ArchConfig:
     @property
     def arch_hash(self) -> str:
         """A stable 12-hex-digit hash of `canonical_dict()`."""
-        blob = json.dumps(
-            self.canonical_dict(), sort_keys=True, separators=(",", ":"), default=_json_number
-        )
+        blob = json.dumps(self.canonical_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -419,13 +418,14 @@ def attention_positions(n_layers: int, n_attention: int, placement: str) -> list
     raise ValueError(placement)
 
 
-def n_attention_layers(share: float, n_layers: int) -> int:
+def _attention_count(share: float, n_layers: int) -> int:
     """Round the share to a layer count; a positive share keeps at least one layer."""
     n = math.floor(share * n_layers + 0.5)
     return max(n, 1) if share > 0 else 0
 
 
-def resolve_pattern(layers: LayersConfig, n_layers: int) -> str:
+def _resolve_pattern(layers: LayersConfig, n_layers: int) -> str:
+    """The per-layer letters: `pattern` tiled to the depth, or the share-based layout."""
     if layers.pattern:
         tile = layers.pattern.strip().upper()
         return tile * (n_layers // len(tile)) if n_layers % len(tile) == 0 else tile
@@ -434,7 +434,7 @@ def resolve_pattern(layers: LayersConfig, n_layers: int) -> str:
         return "N" * n_layers
     chars = [base] * n_layers
     for i in attention_positions(
-        n_layers, n_attention_layers(layers.attention_share, n_layers), layers.placement
+        n_layers, _attention_count(layers.attention_share, n_layers), layers.placement
     ):
         chars[i] = "N"
     return "".join(chars)
@@ -466,7 +466,7 @@ def _check_layers(layers: LayersConfig, n_layers: int, bad) -> str:
             "layers.attention_share",
             f"must lie in [0, 1], got {layers.attention_share}",
         )
-    return resolve_pattern(layers, n_layers)
+    return _resolve_pattern(layers, n_layers)
 
 
 # ---- attention --------------------------------------------------------------------------------
@@ -644,6 +644,9 @@ def _resolve_ffn(ffn: FFNConfig, d_model: int) -> FFNConfig:
 
 
 # ---- typed loading ----------------------------------------------------------------------------
+# Hand-written, not an OmegaConf structured merge: OmegaConf would accept "yes" as a boolean, 5
+# as a string and "2" as an integer, resolve `${oc.env:...}` in any string, lose the key path of a
+# section given as a list, and take ~18x longer (`space.build` loads one ArchConfig per candidate).
 
 
 def _load_dataclass(cls: type, data: Any, *, source: str | None, path: str) -> Any:
@@ -714,23 +717,11 @@ def _get_path(obj: Any, key: str) -> Any:
     return obj
 
 
-def _json_number(value: Any) -> Any:  # pragma: no cover - all values are JSON-native
-    raise TypeError(f"not JSON serialisable: {value!r}")
-
-
 # ---- presets ----------------------------------------------------------------------------------
 
 
 def load_arch(name_or_path: str, *, key: str = "arch") -> ArchConfig:
     """Load a preset from `conf/arch/` by name, or any ArchConfig YAML by path."""
-    from archsearch.resources import conf_dir, resolve
-
     path = resolve(name_or_path, conf_dir() / "arch", "architecture preset", key)
     arch = ArchConfig.from_yaml(path)
     return arch if arch.name else arch.with_name(path.stem)
-
-
-def preset_names() -> list[str]:
-    from archsearch.resources import conf_dir, shipped_names
-
-    return shipped_names(conf_dir() / "arch")

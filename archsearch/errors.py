@@ -19,8 +19,3 @@ class UserError(Exception):
         parts = [p for p in (source, key) if p]
         prefix = ": ".join(parts)
         super().__init__(f"{prefix}: {self.detail}" if prefix else self.detail)
-
-
-def where(source: str | None, key: str | None) -> str:
-    """Format a 'file: key' location for messages."""
-    return ": ".join(p for p in (source, key) if p)

@@ -16,11 +16,11 @@ import yaml
 from archsearch.errors import UserError
 
 
-class Loader(yaml.SafeLoader):
+class _Loader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 floats."""
 
 
-Loader.add_implicit_resolver(
+_Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(
         r"""^(?:[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)
@@ -36,7 +36,7 @@ Loader.add_implicit_resolver(
 
 def loads(text: str, *, source: str | None = None) -> Any:
     try:
-        return yaml.load(text, Loader=Loader)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

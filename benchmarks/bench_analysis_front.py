@@ -31,7 +31,7 @@ from archsearch.analysis.front import (
     non_dominated,
     reference_point,
 )
-from archsearch.sweep.study import TrialRecord
+from archsearch.study import TrialRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

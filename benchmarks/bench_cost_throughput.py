@@ -20,10 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.cost import metric_values
-from archsearch.cost.counts import Columns
+from archsearch.cost import Columns, metric_values
+from archsearch.metrics import METRICS, MetricSpec
 from archsearch.space import assignments, build, load_space, sample
-from archsearch.space.metrics import METRICS, MetricSpec
 
 
 def spec(metric: str, **args) -> MetricSpec:

@@ -29,7 +29,6 @@ import multiprocessing as mp
 import os
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -74,9 +73,10 @@ def objectives(space, arch_dict: dict, result: dict) -> tuple[float, float, bool
     from archsearch.cost import metric_value
 
     arch = ArchConfig.from_dict(arch_dict)
-    latency = metric_value(arch, space.objectives[1].spec.with_device("rpi5"))
+    latency = metric_value(arch, space.objectives[1].spec.on_device("rpi5", only_unset=True))
     feasible = all(
-        c.violation(metric_value(arch, c.spec.with_device("rpi5"))) <= 0 for c in space.constraints
+        c.violation(metric_value(arch, c.spec.on_device("rpi5", only_unset=True))) <= 0
+        for c in space.constraints
     )
     return result["metrics"]["val_loss"], latency, feasible
 
@@ -87,8 +87,9 @@ def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, flo
 
     from archsearch.analysis.front import Axis, hypervolume
     from archsearch.space import parse_space_file
-    from archsearch.sweep.runner import run_sweep
-    from archsearch.sweep.study import open_storage, records
+    from archsearch.study import open_storage, records
+    from archsearch.sweep import run_sweep
+    from archsearch.sweep.settings import LatencySection, RaySection, StorageSection, SweepConfig
 
     truth = json.loads(TRUTH.read_text())
     space = parse_space_file(SPACE)
@@ -102,7 +103,7 @@ def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, flo
             )
             space_file = Path(tmp) / "unconstrained.yaml"
             space_file.write_text(text)
-        cfg = SimpleNamespace(
+        cfg = SweepConfig(
             search_space=str(space_file),
             space_file=None,
             device="rpi5",
@@ -116,14 +117,13 @@ def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, flo
             early_stopping="asha" if strategy == "default" else "none",
             budget=None,
             train={},
-            storage=SimpleNamespace(url=None),
-            ray=SimpleNamespace(address=None, num_cpus=2, verbose=False),
-            latency=SimpleNamespace(mode="predicted", resource=None, repeats=5),
+            storage=StorageSection(url=None),
+            ray=RaySection(address=None, num_cpus=2, verbose=False),
+            latency=LatencySection(),
             trainable="archsearch.sweep.testing:replay",
-            format="json",
         )
         os.environ["ARCHSEARCH_REPLAY_CACHE"] = str(TRUTH)
-        summary = run_sweep(cfg)
+        summary = run_sweep(parse_space_file(Path(space_file)), cfg)
         study = optuna.load_study(
             study_name=summary["study_name"], storage=open_storage(summary["storage"])
         )

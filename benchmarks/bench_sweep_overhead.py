@@ -19,11 +19,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 
-def config(run_dir: str, trials: int) -> SimpleNamespace:
-    return SimpleNamespace(
+def config(run_dir: str, trials: int):
+    from archsearch.sweep.settings import LatencySection, RaySection, StorageSection, SweepConfig
+
+    return SweepConfig(
         search_space="tiny",
         space_file=None,
         device="rpi5",
@@ -37,15 +38,15 @@ def config(run_dir: str, trials: int) -> SimpleNamespace:
         early_stopping="none",
         budget=None,
         train={},
-        storage=SimpleNamespace(url=None),
-        ray=SimpleNamespace(address=None, num_cpus=2, verbose=False),
-        latency=SimpleNamespace(mode="predicted", resource=None, repeats=5),
+        storage=StorageSection(url=None),
+        ray=RaySection(address=None, num_cpus=2, verbose=False),
+        latency=LatencySection(),
         trainable="archsearch.sweep.testing:synthetic",
-        format="json",
     )
 
 
 def one(trials: int, reuse: bool) -> dict:
+    from archsearch.space import load_space
     from archsearch.sweep import runner
 
     os.environ["ARCHSEARCH_SYNTHETIC_SLEEP"] = "0"
@@ -80,7 +81,7 @@ def one(trials: int, reuse: bool) -> dict:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            runner.run_sweep(config(tmp, trials))
+            runner.run_sweep(load_space("tiny"), config(tmp, trials))
             timings["total_s"] = time.perf_counter() - t0
     finally:
         runner._fit = original

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from archsearch.arch import ArchConfig
-from archsearch.space.metrics import PROBE_TASKS
+from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers.trial import TrainConfig, run_trial
 
 ROOT = Path(__file__).resolve().parent

@@ -1,5 +1,5 @@
 """`archsearch pareto` and `archsearch export` on a stored study (written with Optuna in the
-sweep's schema by `archsearch.analysis.testing`): the front against brute force, any device
+sweep's schema by `tests/studies.py`): the front against brute force, any device
 and any axes re-computed from the stored costs, the files, the export round trip into
 `archsearch train` and transformers, and the bad-input contract."""
 
@@ -15,12 +15,12 @@ import numpy as np
 import optuna
 import pytest
 import yaml
+from studies import OBJECTIVES, make_study
 
-from archsearch.analysis.testing import OBJECTIVES, make_study
 from archsearch.arch import ArchConfig
 from archsearch.cli import main
 from archsearch.cost import metric_value
-from archsearch.space.metrics import MetricSpec
+from archsearch.metrics import MetricSpec
 
 EXE = str(Path(sys.executable).with_name("archsearch"))
 
@@ -196,7 +196,7 @@ def test_another_device_and_other_axes_are_recomputed_from_the_stored_costs(
 
 
 def test_sweep_epilogue_writes_the_plots_of_the_sweeps_device(study, capsys):
-    from archsearch.analysis.report import sweep_epilogue
+    from archsearch.cli.sweep_cmd import print_summary
 
     run_dir, info = study
     summary = {
@@ -208,7 +208,7 @@ def test_sweep_epilogue_writes_the_plots_of_the_sweeps_device(study, capsys):
         "trained_in_study": 9,
         "wall_s": 1.0,
     }
-    sweep_epilogue(summary, fmt="json")
+    print_summary(summary, fmt="json")
     res = json.loads(capsys.readouterr().out)
     assert {Path(p).name for p in res["files"].values()} >= {"front.png", "report.md", "front.html"}
     assert all(Path(p).is_file() for p in res["files"].values())

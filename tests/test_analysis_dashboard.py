@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
+from studies import OBJECTIVES, make_study
 
 from archsearch.analysis.pareto import analyse, choose_axes
-from archsearch.analysis.study import load
-from archsearch.analysis.testing import OBJECTIVES, make_study
+from archsearch.study import load
 
 EXE = str(Path(sys.executable).with_name("archsearch"))
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from archsearch.analysis.front import (
     Axis,
-    _axis_args,
     candidates,
     default_axes,
     for_device,
@@ -28,8 +27,8 @@ from archsearch.analysis.front import (
 from archsearch.arch import load_arch
 from archsearch.cost import metric_value
 from archsearch.errors import UserError
-from archsearch.space.metrics import MetricSpec
-from archsearch.sweep.study import TrialRecord
+from archsearch.metrics import MetricSpec, parse_label
+from archsearch.study import TrialRecord
 
 
 @st.composite
@@ -258,4 +257,4 @@ def test_default_axes_put_costs_on_x_and_training_metrics_on_y():
         "decode_ms[apple_m3,context=1024,precision=fp16]",
         "val_loss",
     ]
-    assert _axis_args("probe_acc@recall") == ("probe_acc", {"task": "recall"})
+    assert parse_label("probe_acc@recall") == ("probe_acc", {"task": "recall"})

@@ -24,7 +24,8 @@ from archsearch.arch import (
     load_arch,
 )
 from archsearch.cost import model as cm
-from archsearch.cost.counts import Columns, Phase, model_ops, params, state_elements
+from archsearch.cost.counts import model_ops, params, state_elements
+from archsearch.cost.ops import Columns, Phase
 from archsearch.models import build_model
 
 

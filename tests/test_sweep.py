@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from archsearch.sweep.study import open_storage, records
+from archsearch.study import open_storage, records
 from archsearch.sweep.testing import fault_of
 
 EXE = str(Path(sys.executable).with_name("archsearch"))

@@ -19,7 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from archsearch.sweep.study import records
+from archsearch.study import records
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent

@@ -6,12 +6,12 @@ import dataclasses
 import json
 import subprocess
 import sys
-import typing
 from pathlib import Path
 
 import yaml
 
 from archsearch.cli import main
+from archsearch.cli.config import compose, to_schema
 from archsearch.cli.schemas import SCHEMAS
 from archsearch.resources import conf_dir
 from archsearch.trainers.config import TrainConfig
@@ -117,15 +117,28 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
     assert not (tmp_path / "r" / "result.json").exists()
 
 
-def test_the_command_schema_mirrors_train_config():
-    schema = {f.name for f in dataclasses.fields(SCHEMAS["train"])}
-    settings = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert schema - settings == {"arch", "run_dir", "resume", "format"}
-    assert settings <= schema
-    # the documented defaults in conf/train.yaml are TrainConfig's own defaults
+def test_the_command_schema_is_train_config_plus_the_command_keys(capsys):
+    schema = SCHEMAS["train"]
+    assert issubclass(schema, TrainConfig)  # one declaration: the schema reuses TrainConfig
+    own = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    assert fields.keys() - own.keys() == {"arch", "run_dir", "resume", "format"}
+    for name, f in own.items():
+        assert (fields[name].type, fields[name].default) == (f.type, f.default), name
+    # conf/train.yaml holds the command's own keys and only the settings it changes
     conf = yaml.safe_load((conf_dir() / "train.yaml").read_text())
     defaults = TrainConfig().to_dict()
-    for name in settings - {"keep_checkpoint"}:
-        assert conf[name] == defaults[name], name
-    hints = typing.get_type_hints(SCHEMAS["train"])
-    assert typing.get_origin(hints["data"]) is list
+    assert set(conf) - {"defaults"} == {"arch", "run_dir", "resume", "format", "keep_checkpoint"}
+    assert conf["keep_checkpoint"] != defaults["keep_checkpoint"]
+    composed = to_schema("train", compose("train", ["data=a.txt,b.txt"]))
+    assert composed.trial_config() == TrainConfig(data=("a.txt", "b.txt"), keep_checkpoint=True)
+    # --help lists every key with its default, from the yaml or from TrainConfig
+    assert main(["train", "--help"]) == 0
+    listed = capsys.readouterr().out
+    for name, value in {**defaults, "keep_checkpoint": True, "arch": "tiny_gqa"}.items():
+        shown = "null" if value is None else str(value)
+        if isinstance(value, bool):
+            shown = shown.lower()
+        elif isinstance(value, list):
+            shown = f"[{', '.join(map(str, value))}]"
+        assert f"\n  {name}: {shown} " in listed, name

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsearch.errors import UserError
-from archsearch.space.metrics import PROBE_TASKS
+from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers.probes import IGNORE, Probe, memorization_map
 
 sizes = dict(vocab=st.sampled_from([16, 32, 64, 100]), seq=st.integers(16, 96))

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from archsearch.arch import ArchConfig
 from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
-from archsearch.space.metrics import PROBE_TASKS
+from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers import trial as T
 from archsearch.trainers.trial import TrainConfig, run_trial, train_tokens
 

@@ -1,7 +1,9 @@
 """`TrainConfig`: the typed, validated settings of one sandbox trial, and its budget syntax.
 
-A search space's `train:` mapping and the `archsearch train` command both become a
-`TrainConfig` through `TrainConfig.from_dict`, whose errors name the key (`train.lr`).
+`TrainConfig` is an OmegaConf structured config, declared once: `archsearch train` uses it as
+its Hydra schema (`archsearch.cli.schemas.TrainCmdConfig` adds the command's own keys), and a
+search space's `train:` mapping becomes one through `TrainConfig.from_dict`, whose errors name
+the key (`train.lr`). Each field's `help` metadata is what `archsearch train --help` prints.
 
 Budgets (`budget:`) say how much training every candidate gets:
 
@@ -16,23 +18,71 @@ Budgets (`budget:`) say how much training every candidate gets:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
 import typing
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.space.metrics import PROBE_TASKS
+from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers import schedule, tokenizer
 
 BUDGET_KINDS = ("tokens", "flops", "time", "steps")
-OBJECTIVES = ("lm", "probe", "both")
-PRECISIONS = ("fp32", "bf16")
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _COUNT = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 _TIME = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+class Choice(str, Enum):
+    """A setting with a fixed set of string values: an Enum field, so Hydra rejects any other
+    value when it composes a config. Members compare equal to, and print as, their values."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: Any, *, key: str) -> Choice:
+        """The member named `value`; a `UserError` naming `key` and the known values if none."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise UserError(unknown_choice(key, value, cls), key=key) from None
+
+    @classmethod
+    def of(cls, name: str, values: Iterable[str], *, module: str) -> type[Choice]:
+        """A `Choice` enumeration of `values`, built from the list where they are defined
+        (`module` is where it lives, so its members pickle)."""
+        return cls(name, {v: v for v in values}, module=module, qualname=name)
+
+
+def unknown_choice(key: str, value: Any, known: Iterable[Any]) -> str:
+    """The one message for a value outside an enumeration: `unknown latency mode 'x' (known:
+    predicted, measured)` for the key `latency.mode`."""
+    return f"unknown {key.replace('.', ' ')} {value!r} (known: {', '.join(map(str, known))})"
+
+
+ScheduleKind = Choice.of("ScheduleKind", schedule.KINDS, module=__name__)
+TokenizerKind = Choice.of("TokenizerKind", tokenizer.KINDS, module=__name__)
+
+
+class Precision(Choice):
+    """Training numerics: fp32, or bf16 autocast on CPU."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class Objective(Choice):
+    """What a trial is scored on: LM validation loss, synthetic probe accuracy, or both."""
+
+    lm = "lm"
+    probe = "probe"
+    both = "both"
 
 
 @dataclass(frozen=True)
@@ -82,89 +132,163 @@ def parse_budget(text: Any, *, key: str = "budget", source: str | None = None) -
 class TrainConfig:
     """Settings of one sandbox trial. Defaults suit the `tiny` space's byte-level models."""
 
-    budget: str = "tokens:1M"  # see the module docstring
-    batch_size: int = 16
-    seq_len: int = 128
+    budget: str = field(
+        default="tokens:1M",
+        metadata={"help": "tokens:N | flops:N | time:N[s|m|h] | steps:N (e.g. tokens:2M)"},
+    )
+    batch_size: int = field(default=16, metadata={"help": "sequences per step"})
+    seq_len: int = field(
+        default=128,
+        metadata={"help": "tokens per sequence (at most the architecture's max_seq_len)"},
+    )
     # optimizer: AdamW, decoupled weight decay on matrices (nanoGPT's grouping)
-    lr: float = 1e-3
-    min_lr: float | None = None  # default lr / 10
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # max global grad norm; 0 disables
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)"})
+    min_lr: float | None = field(
+        default=None, metadata={"help": "final learning rate; default lr / 10"}
+    )
+    weight_decay: float = field(default=0.1, metadata={"help": "on matrices and embeddings only"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    beta2: float = field(default=0.95, metadata={"help": "AdamW beta2"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max global gradient norm; 0 disables"})
     # schedule over the budget's progress (archsearch.trainers.schedule)
-    schedule: str = "cosine"  # cosine | wsd | wsdc | constant
-    warmup: float = 0.02
-    decay: float = 0.2
-    constant: float = 0.1
+    schedule: ScheduleKind = field(
+        default=ScheduleKind.cosine,
+        metadata={"help": "cosine | wsd | wsdc (warmup-stable-decay-constant, PLM 4.2) | constant"},
+    )
+    warmup: float = field(
+        default=0.02, metadata={"help": "fraction of the budget spent warming up"}
+    )
+    decay: float = field(
+        default=0.2, metadata={"help": "wsd/wsdc: fraction of the budget spent decaying to min_lr"}
+    )
+    constant: float = field(default=0.1, metadata={"help": "wsdc: final fraction held at min_lr"})
     # numerics and reproducibility
-    precision: str = "fp32"  # fp32 | bf16 (CPU autocast)
-    threads: int = 1  # torch threads for this trial
-    seed: int = 0
+    precision: Precision = field(
+        default=Precision.fp32, metadata={"help": "fp32 | bf16 (autocast on CPU)"}
+    )
+    threads: int = field(default=1, metadata={"help": "torch threads for this trial"})
+    seed: int = field(default=0, metadata={"help": "same seed, same machine: same losses"})
     # data (archsearch.trainers.data)
-    data: tuple[str, ...] = ("stdlib",)
-    tokenizer: str = "byte"  # byte | char | bpe
-    bpe_vocab_size: int | None = None  # default: the architecture's vocab_size
-    val_fraction: float = 0.05
-    cache_dir: str | None = None  # default: <system temp>/archsearch-data
+    data: tuple[str, ...] = field(
+        default=("stdlib",),
+        metadata={"help": "stdlib (embedded corpus), text file(s)/folders, or hf:NAME[:CONFIG]"},
+    )
+    tokenizer: TokenizerKind = field(
+        default=TokenizerKind.byte,
+        metadata={"help": "byte (256) | char (the corpus' characters) | bpe (trained locally)"},
+    )
+    bpe_vocab_size: int | None = field(
+        default=None,
+        metadata={"help": "bpe: vocabulary size; default the architecture's vocab_size"},
+    )
+    val_fraction: float = field(
+        default=0.05, metadata={"help": "held-out share: whole documents, or each one's tail"}
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "tokenized-corpus cache; default <system temp>/archsearch-data"},
+    )
     # evaluation and reporting
-    eval_at: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
-    eval_batches: int = 8  # validation windows = eval_batches x batch_size
-    log_every: int = 10
+    eval_at: tuple[float, ...] = field(
+        default=(0.25, 0.5, 0.75, 1.0),
+        metadata={"help": "budget fractions with a validation loss and a checkpoint"},
+    )
+    eval_batches: int = field(
+        default=8,
+        metadata={"help": "validation windows = eval_batches x batch_size, spread over the split"},
+    )
+    log_every: int = field(default=10, metadata={"help": "steps between loss-curve points"})
     # objective: LM loss on the corpus, synthetic probes, or both
-    objective: str = "lm"  # lm | probe | both
-    probe_tasks: tuple[str, ...] = PROBE_TASKS
-    probe_steps: int = 300
-    probe_batch_size: int = 32
-    probe_seq_len: int = 128
-    probe_vocab: int = 64
-    probe_eval_size: int = 256
-    probe_untied_head: bool = True  # probe models get an untied LM head (see trial.py)
-    keep_checkpoint: bool = False
+    objective: Objective = field(
+        default=Objective.lm,
+        metadata={"help": "lm (validation loss) | probe (synthetic probe accuracy) | both"},
+    )
+    probe_tasks: tuple[str, ...] = field(
+        default=PROBE_TASKS, metadata={"help": "synthetic tasks of objective=probe|both"}
+    )
+    probe_steps: int = field(
+        default=300, metadata={"help": "training steps per probe task (a fresh model each)"}
+    )
+    probe_batch_size: int = field(default=32, metadata={"help": "probe sequences per step"})
+    probe_seq_len: int = field(default=128, metadata={"help": "tokens per probe sequence"})
+    probe_vocab: int = field(
+        default=64, metadata={"help": "probe tokens (at most the architecture's vocab_size)"}
+    )
+    probe_eval_size: int = field(
+        default=256, metadata={"help": "held-out probe sequences scored for accuracy"}
+    )
+    probe_untied_head: bool = field(
+        default=True,
+        metadata={"help": "probes train an untied LM head (a tied one masks the mixers' recall)"},
+    )
+    keep_checkpoint: bool = field(
+        default=False,
+        metadata={"help": "keep checkpoint.pt (final weights) after the trial completes"},
+    )
 
     def __post_init__(self) -> None:
+        # OmegaConf and callers hand lists and plain strings: hold tuples and enum members
+        for name, kind in _field_kinds(type(self)).items():
+            value = getattr(self, name)
+            if kind is tuple and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+            elif isinstance(kind, type) and issubclass(kind, Choice):
+                object.__setattr__(self, name, kind.parse(value, key=name))
         self.validate()
 
     # -- construction ---------------------------------------------------------------------------
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str | None = None, prefix: str = "") -> TrainConfig:
-        """Build from plain data (a space's `train:` mapping); errors name `prefix.key`."""
+        """Build from plain data (a space's `train:` mapping); errors name `prefix.key`.
 
-        def key_of(name: str) -> str:
-            return f"{prefix}.{name}" if prefix else name
+        OmegaConf merges `data` onto the structured config and converts the values; before
+        that, a scalar stands for a one-item list and a whole float for an integer, and a
+        boolean must be a boolean (OmegaConf would read `yes` as true)."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import ConfigKeyError, ValidationError
+
+        def fail(message: str, name: str | None = None) -> UserError:
+            key = ".".join(p for p in (prefix, name) if p) or None
+            return UserError(message, source=source, key=key)
 
         if data is None:
             data = {}
-        if not isinstance(data, dict):
-            raise UserError(
-                f"expected a mapping of training settings, got {type(data).__name__}",
-                source=source,
-                key=prefix or None,
-            )
-        hints = typing.get_type_hints(cls)
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(map(str, data)) - set(known))
-        if unknown:
-            raise UserError(
-                f"unknown training setting (known: {', '.join(known)})",
-                source=source,
-                key=key_of(unknown[0]),
-            )
-        kwargs = {
-            name: _coerce(hints[name], value, source=source, key=key_of(name))
-            for name, value in data.items()
-        }
+        if not isinstance(data, Mapping):
+            raise fail(f"expected a mapping of training settings, got {type(data).__name__}")
+        kinds = _field_kinds(cls)
+        plain = {}
+        for name, value in data.items():
+            kind = kinds.get(name)
+            if kind is tuple and isinstance(value, (str, int, float)):
+                value = [value]
+            elif kind is tuple and not isinstance(value, (list, tuple)):
+                raise fail(f"expected a list, got {type(value).__name__}", name)
+            elif kind is int and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            elif kind is bool and not isinstance(value, bool):
+                raise fail(_expected(bool, value), name)
+            plain[name] = value
         try:
-            return cls(**kwargs)
-        except UserError as err:
-            key = key_of(err.key) if err.key else prefix or None
-            raise UserError(err.detail, source=source, key=key) from None
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), plain))
+        except ConfigKeyError as err:
+            known = ", ".join(f.name for f in fields(cls))
+            raise fail(f"unknown training setting (known: {known})", str(err.key)) from None
+        except ValidationError as err:
+            name = re.split(r"[.\[]", str(err.full_key))[0]
+            value = plain[name] if str(err.full_key) == name else err.value  # not OmegaConf's copy
+            kind = kinds[name]
+            if isinstance(kind, type) and issubclass(kind, Choice):
+                message = unknown_choice(name, value, kind)
+            else:
+                message = _expected(_element_type(cls, name), value)
+            raise fail(message, name) from None
+        except UserError as err:  # from __post_init__: a domain check
+            raise fail(err.detail, err.key) from None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
-        }
+        """Plain data (lists and strings), the inverse of `from_dict`."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(TrainConfig)}
 
     def replace(self, **changes: Any) -> TrainConfig:
         return dataclasses.replace(self, **changes)
@@ -178,7 +302,7 @@ class TrainConfig:
     @property
     def lr_schedule(self) -> schedule.Schedule:
         return schedule.Schedule(
-            self.schedule,
+            self.schedule.value,
             self.lr,
             self.lr / 10 if self.min_lr is None else self.min_lr,
             self.warmup,
@@ -188,16 +312,16 @@ class TrainConfig:
 
     @property
     def trains_lm(self) -> bool:
-        return self.objective in ("lm", "both")
+        return self.objective in (Objective.lm, Objective.both)
 
     @property
     def runs_probes(self) -> bool:
-        return self.objective in ("probe", "both")
+        return self.objective in (Objective.probe, Objective.both)
 
     # -- validation -----------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Raise a `UserError` naming the first bad key."""
+        """Raise a `UserError` naming the first bad key (the ranges types cannot express)."""
         parse_budget(self.budget)
         for key in ("batch_size", "seq_len", "threads", "eval_batches", "log_every"):
             _positive(self, key)
@@ -214,10 +338,7 @@ class TrainConfig:
                 raise UserError(f"must lie in [0, 1), got {getattr(self, key)}", key=key)
         if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
             raise UserError(f"must lie in [0, lr={self.lr}], got {self.min_lr}", key="min_lr")
-        _choice(self, "precision", PRECISIONS)
-        _choice(self, "objective", OBJECTIVES)
-        tokenizer.check_kind(self.tokenizer)
-        self.lr_schedule  # noqa: B018 - validates schedule, warmup, decay, constant
+        self.lr_schedule  # noqa: B018 - validates warmup, decay, constant
         if self.bpe_vocab_size is not None and self.bpe_vocab_size < tokenizer.MIN_BPE_VOCAB:
             raise UserError(
                 f"must be at least {tokenizer.MIN_BPE_VOCAB}, got {self.bpe_vocab_size}",
@@ -250,37 +371,33 @@ def _positive(cfg: TrainConfig, key: str) -> None:
         raise UserError(f"must be positive, got {value}", key=key)
 
 
-def _choice(cfg: TrainConfig, key: str, allowed: tuple[str, ...]) -> None:
-    value = getattr(cfg, key)
-    if value not in allowed:
-        raise UserError(f"unknown value {value!r} (known: {', '.join(allowed)})", key=key)
+@functools.cache
+def _field_kinds(cls: type) -> dict[str, Any]:
+    """Each field's type without `| None`, and `tuple` for the list-valued ones."""
+    out = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            tp = next(a for a in typing.get_args(tp) if a is not type(None))
+        out[name] = tuple if typing.get_origin(tp) is tuple else tp
+    return out
 
 
-def _coerce(tp: Any, value: Any, *, source: str | None, key: str) -> Any:
-    """Check one value against a field type (str, int, float, bool, optional, tuple of)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        inner = next(a for a in typing.get_args(tp) if a is not type(None))
-        return _coerce(inner, value, source=source, key=key)
-    if origin is tuple:
-        inner = typing.get_args(tp)[0]
-        items = [value] if isinstance(value, (str, int, float)) else value
-        if not isinstance(items, (list, tuple)):
-            raise UserError(f"expected a list, got {type(value).__name__}", source=source, key=key)
-        return tuple(_coerce(inner, v, source=source, key=key) for v in items)
-    ok = {
-        bool: isinstance(value, bool),
-        int: isinstance(value, int) and not isinstance(value, bool),
-        float: isinstance(value, (int, float)) and not isinstance(value, bool),
-        str: isinstance(value, str),
-    }[tp]
-    if tp is int and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if not ok:
-        names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-        raise UserError(
-            f"expected {names[tp]}, got {type(value).__name__} {value!r}", source=source, key=key
-        )
-    return float(value) if tp is float else value
+def _element_type(cls: type, name: str) -> Any:
+    """A field's scalar type: a list field's item type."""
+    tp = _field_kinds(cls)[name]
+    if tp is tuple:
+        return typing.get_args(typing.get_type_hints(cls)[name])[0]
+    return tp
+
+
+def _expected(tp: Any, value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    return f"expected {names.get(tp, tp.__name__)}, got {type(value).__name__} {value!r}"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Choice):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value

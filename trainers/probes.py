@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from archsearch.errors import UserError
-from archsearch.space.metrics import PROBE_TASKS
+from archsearch.metrics import PROBE_TASKS
 
 IGNORE = -1  # target value of unscored positions (cross-entropy ignore_index)
 EVAL_SEED = 20240229  # evaluation sets and the memorization map do not depend on the trial seed
@@ -50,12 +50,6 @@ FUZZY_KEYS = 8
 MIN_VOCAB = 16
 
 Generator = Callable[[np.random.Generator, int, int, int], tuple[np.ndarray, np.ndarray]]
-
-
-def _pairs(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    seq = np.empty((keys.shape[0], 2 * keys.shape[1]), dtype=np.int64)
-    seq[:, 0::2], seq[:, 1::2] = keys, values
-    return seq[:, :n]
 
 
 def _recall(rng: np.random.Generator, b: int, n: int, v: int, noise: float = 0.0):

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from archsearch.arch import ArchConfig
+from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
 from archsearch.trainers import checkpoint
 from archsearch.trainers.config import Budget, TrainConfig, parse_budget
@@ -77,14 +78,6 @@ class TrialResult:
     key: str = ""
     config: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def val_loss(self) -> float | None:
-        return self.metrics.get("val_loss")
-
-    @property
-    def val_ppl(self) -> float | None:
-        return self.metrics.get("val_ppl")
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -100,12 +93,6 @@ class TrialFailed(Exception):
 # ---- budget -----------------------------------------------------------------------------------
 
 
-def flops_per_token(arch: ArchConfig, seq_len: int) -> float:
-    from archsearch.cost import train_flops_per_token
-
-    return float(train_flops_per_token(arch, seq_len))
-
-
 def train_tokens(arch: ArchConfig, cfg: TrainConfig) -> int | None:
     """Training tokens the budget buys (whole steps of batch_size x seq_len); None for time."""
     budget = cfg.parsed_budget
@@ -116,12 +103,8 @@ def train_tokens(arch: ArchConfig, cfg: TrainConfig) -> int | None:
         return int(budget.amount) * per_step
     tokens = budget.amount
     if budget.kind == "flops":
-        tokens = budget.amount / flops_per_token(arch, cfg.seq_len)
+        tokens = budget.amount / train_flops_per_token(arch, cfg.seq_len)
     return int(tokens // per_step) * per_step
-
-
-def _eval_steps(total: int, fractions: tuple[float, ...]) -> list[int]:
-    return sorted({max(1, math.ceil(f * total - 1e-9)) for f in (*fractions, 1.0)})
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -280,7 +263,7 @@ class _Trial:
         self.report, self.progress = report, progress
         self.budget: Budget = parse_budget(cfg.budget)
         self.started = time.perf_counter()
-        self.fpt = flops_per_token(arch, cfg.seq_len)
+        self.fpt = train_flops_per_token(arch, cfg.seq_len)
         self.result = TrialResult(
             status="completed",
             arch_name=arch.name,

@@ -138,26 +138,71 @@ def _usage() -> str:
 
 
 def _command_help(name: str, cmd: Command) -> str:
+    """Every key with its default: the yaml's documented lines where `conf/<config>.yaml` sets
+    the key, else the schema's default and `help` metadata (`TrainConfig`'s settings)."""
+    import dataclasses
+
+    from archsearch.cli.schemas import SCHEMAS
     from archsearch.resources import conf_dir
 
     subs = f" {{{'|'.join(cmd.subcommands)}}}" if cmd.subcommands else ""
-    text = (conf_dir() / f"{cmd.config}.yaml").read_text()
-    keys = [
-        ln
-        for ln in text.splitlines()
-        if ln.strip() and not ln.startswith(("defaults", "  - ", "#"))
-    ]
+    documented = _yaml_blocks((conf_dir() / f"{cmd.config}.yaml").read_text())
+    keys, sources = [], [f"conf/{cmd.config}.yaml"]
+    for f in dataclasses.fields(SCHEMAS[cmd.config]):
+        if f.name in documented:
+            keys += documented[f.name]
+            continue
+        line = f"{f.name}: {_yaml_value(f.default)}"
+        pad = " " * max(2, 23 - len(line))
+        keys.append(f"{line}{pad}# {f.metadata['help']}" if "help" in f.metadata else line)
+        owner = _declared_in(SCHEMAS[cmd.config], f.name)
+        if owner not in sources:
+            sources.append(owner)
     lines = [
         f"usage: archsearch {name}{subs} [key=value ...]",
         "",
         cmd.summary,
         "",
-        f"keys (defaults from conf/{cmd.config}.yaml; override with key=value):",
+        f"keys (defaults from {' and '.join(sources)}; override with key=value):",
     ]
     lines += [f"  {ln}" for ln in keys]
     if cmd.examples:
         lines += ["", "examples:"] + [f"  {ex}" for ex in cmd.examples]
     return "\n".join(lines)
+
+
+def _yaml_blocks(text: str) -> dict[str, list[str]]:
+    """A command yaml's top-level keys -> their lines as written (nested keys and comment
+    continuation lines included), leaving out the header comment and the defaults list."""
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for ln in text.splitlines():
+        if not ln.strip() or ln.startswith(("#", "defaults", "  - ")):
+            continue
+        if not ln[0].isspace():
+            current = blocks.setdefault(ln.split(":", 1)[0], [])
+        if current is not None:
+            current.append(ln)
+    return blocks
+
+
+def _yaml_value(value: object) -> str:
+    """A default as the yaml would spell it (`null`, `true`, `[a, b]`, an enum's value)."""
+    from enum import Enum
+
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(_yaml_value(v) for v in value)}]"
+    return str(value)
+
+
+def _declared_in(schema: type, key: str) -> str:
+    """The dataclass that declares `key` (the first in `schema`'s bases to have it)."""
+    owner = next(c for c in reversed(schema.__mro__) if key in getattr(c, "__annotations__", {}))
+    return f"{owner.__qualname__} ({owner.__module__})"
 
 
 def _contain_caches() -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archsearch.cli import output
 from archsearch.errors import UserError
+from archsearch.units import human
+
+if TYPE_CHECKING:
+    from archsearch.analysis.pareto import Pareto
 
 
 def _open(cfg: Any):
-    from archsearch.analysis.study import load
+    from archsearch.study import load
 
     if not cfg.study:
         raise UserError("name the study: study=<run dir, SQLite file or database URL>", key="study")
@@ -32,7 +36,7 @@ def study_device(name: str | None, data) -> str:
 
 def pareto_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.pareto import analyse, choose_axes
-    from archsearch.analysis.report import default_out_dir, print_front, write_outputs
+    from archsearch.analysis.report import default_out_dir, write_outputs
 
     output.check_format(cfg.format)
     data = _open(cfg)
@@ -47,6 +51,30 @@ def pareto_cmd(_sub: str | None, cfg: Any) -> int:
         return 0
     print_front(p, files)
     return 0
+
+
+def print_front(p: Pareto, files: dict[str, Path]) -> None:
+    """The front as a rich table, the facts under it, and where the files are."""
+    from rich.markup import escape
+
+    from archsearch.analysis.front_table import format_cell, front_columns, front_facts
+
+    con = output.console()
+    cols = front_columns(p)
+    rows = [[escape(format_cell(k, row.get(k))) for k, _ in cols] for row in p.front_rows()]
+    con.print(
+        output.table(
+            f"Pareto front of {p.study.name} on {p.device} ({int(p.on_front.sum())} of "
+            f"{len(p.trained)} fully trained)",
+            [escape(t) for _, t in cols],
+            rows,
+        )
+    )
+    for k, v in front_facts(p):
+        if k in ("trials", "reference point", "hypervolume", "constraints"):
+            con.print(escape(f"{k + ':':<17}{v}"))
+    for k, path in files.items():
+        con.print(escape(f"{k + ':':<17}{path}"))
 
 
 # ---- archsearch export --------------------------------------------------------------------------
@@ -134,23 +162,25 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
 def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
     import signal
 
-    from archsearch.analysis.dashboard import PAGE, make_app, serve
+    from archsearch.analysis.dashboard import PAGE, make_app, optuna_study_path, serve
+    from archsearch.study import open_storage, redact
 
     output.check_format(cfg.format)
     if not 0 <= cfg.port <= 65535:
         raise UserError(f"must be 0 (any free port) to 65535, got {cfg.port}", key="port")
     data = _open(cfg)
     data.require_trained()
-    app = make_app(data.url, data.name, data.home)
+    storage = open_storage(data.url)
+    app = make_app(storage, data.url, data.name, data.home)
     server = serve(app, cfg.host, cfg.port)
     host, port = server.server_address[:2]
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
     urls = {
-        "optuna_dashboard": f"{base}/dashboard/studies/{data.study._study_id}",
+        "optuna_dashboard": f"{base}{optuna_study_path(storage, data.name)}",
         "archsearch": f"{base}{PAGE}",
         "study": data.name,
-        "storage": _redact(data.url),
+        "storage": redact(data.url),
     }
     if cfg.format == "json":  # one line, flushed: scripts read it while the server runs
         print(json.dumps(urls), flush=True)
@@ -176,12 +206,6 @@ def _stop(*_: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _redact(url: str) -> str:
-    from archsearch.analysis.pareto import redact
-
-    return redact(url)
-
-
 # ---- archsearch profile -------------------------------------------------------------------------
 
 
@@ -191,7 +215,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
     from archsearch.arch import load_arch
     from archsearch.cost.devices import load_device
-    from archsearch.space.metrics import PRECISIONS, parse_quantity
+    from archsearch.metrics import PRECISIONS, parse_quantity
 
     output.check_format(cfg.format)
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
@@ -252,13 +276,13 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
     table_rows = [
         [
             r["arch"],
-            output.human(r["params"]),
-            output.human(r["state_bytes"], "B") if "state_bytes" in r else r["not_measured"],
-            output.human(r["predicted_cache_bytes_fp32"], "B"),
+            human(r["params"]),
+            human(r["state_bytes"], "B") if "state_bytes" in r else r["not_measured"],
+            human(r["predicted_cache_bytes_fp32"], "B"),
             f"{r['step_ms']:.3g}" if "step_ms" in r else "-",
             *[f"{r[f'predicted_step_ms[{d}]']:.3g}" for d in devices],
             f"{r['tokens_per_s_max_batch']:.4g}" if "tokens_per_s_max_batch" in r else "-",
-            output.human(r["peak_rss_bytes"], "B") if "peak_rss_bytes" in r else "-",
+            human(r["peak_rss_bytes"], "B") if "peak_rss_bytes" in r else "-",
         ]
         for r in rows
     ]

@@ -1,8 +1,9 @@
 """Compose a command's configuration with Hydra.
 
-Each command has a primary config `conf/<name>.yaml` (the documented defaults) whose defaults list
-starts with a typed schema (a dataclass registered in Hydra's ConfigStore), so Hydra checks
-every `key=value` override for unknown keys and wrong types. We use Hydra's compose API rather
+Each command has a primary config `conf/<name>.yaml` (the documented defaults, or for `train`
+only those `TrainConfig` does not declare) whose defaults list starts with a typed schema (a
+dataclass registered in Hydra's ConfigStore), so Hydra checks every `key=value` override for
+unknown keys, wrong types and values outside an enumeration. We use Hydra's compose API rather
 than `@hydra.main`: a command must not change the working directory or write Hydra's output
 folders, and every Hydra error must become a one-line `UserError`.
 """
@@ -19,21 +20,27 @@ from archsearch.errors import UserError
 
 def _register_schemas() -> None:
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     from archsearch.cli import schemas
 
     cs = ConfigStore.instance()
-    for name, node in schemas.SCHEMAS.items():
+    for name, schema in schemas.SCHEMAS.items():
+        node = OmegaConf.structured(schema)
+        # a frozen dataclass (TrainConfig) makes a read-only node; the yaml and the overrides
+        # must still be merged onto it (the instance `to_schema` builds stays frozen)
+        OmegaConf.set_readonly(node, None)
         cs.store(name=f"{name}_schema", node=node)
 
 
 def _list_keys(schema: type) -> set[str]:
-    """Top-level keys typed as lists: `key=a,b,c` on the command line means a list there."""
+    """Top-level keys typed as lists (or tuples): `key=a,b,c` on the command line means a list
+    there."""
     out = set()
     for name, tp in typing.get_type_hints(schema).items():
         union = typing.get_origin(tp) in (typing.Union, types.UnionType)
         inner = [a for a in typing.get_args(tp) if a is not type(None)] if union else [tp]
-        if any(typing.get_origin(a) is list for a in inner):
+        if any(typing.get_origin(a) in (list, tuple) for a in inner):
             out.add(name)
     return out
 
@@ -120,8 +127,17 @@ def compose(name: str, overrides: list[str]) -> Any:
 
 def _one_line(err: BaseException) -> str:
     """Hydra's messages span lines and mention internals; keep what a user needs:
-    `key 'n': Value 'abc' of type 'str' could not be converted to Integer`."""
+    `key 'n': Value 'abc' of type 'str' could not be converted to Integer`, or for a value
+    outside an enumeration `format: unknown format 'xml' (known: table, json)`."""
+    from omegaconf.nodes import EnumNode
+
+    from archsearch.trainers.config import unknown_choice
+
     cause = err.__cause__ if err.__cause__ is not None else err
+    node = getattr(cause, "child_node", None)
+    if isinstance(node, EnumNode) and getattr(cause, "full_key", None):
+        key = str(cause.full_key)
+        return f"{key}: {unknown_choice(key, cause.value, node.enum_type)}"
     if str(cause) in ("", "None"):  # e.g. an ANTLR parse error: the message is on err
         cause = err
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]

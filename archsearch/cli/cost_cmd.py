@@ -10,26 +10,7 @@ import numpy as np
 
 from archsearch.cli import output
 from archsearch.errors import UserError
-from archsearch.space.metrics import PRECISIONS
-
-CATEGORY_OF = (
-    ("attn.", "attention"),
-    ("mla.", "attention"),
-    ("lin.", "linear"),
-    ("mamba2.", "linear"),
-    ("rwkv6.", "linear"),
-    ("mcsd.", "mcsd"),
-    ("ffn.", "ffn"),
-    ("moe.", "moe"),
-    ("block.", "norms+residual"),
-    ("embedding", "embedding"),
-    ("final.norm", "norms+residual"),
-    ("lm_head", "lm head"),
-)
-
-
-def category(name: str) -> str:
-    return next(cat for prefix, cat in CATEGORY_OF if name.startswith(prefix))
+from archsearch.metrics import PRECISIONS
 
 
 def _check_lengths(cfg: Any) -> None:
@@ -50,114 +31,9 @@ def _check_lengths(cfg: Any) -> None:
 # ---- archsearch cost ----------------------------------------------------------------------------
 
 
-def arch_report(arch, device, cfg: Any) -> dict[str, Any]:
-    from archsearch.cost import columns, model
-    from archsearch.cost.counts import Phase, params, state_elements
-
-    c = columns(arch)
-    prec, B = cfg.precision, cfg.batch
-    bits = model.cache_bits(prec)
-    p = {k: float(v[0]) for k, v in params(c).items()}
-    prefill = Phase("forward", T=cfg.prompt, B=B, causal="half")
-    step = Phase("step", T=1, n0=cfg.context, B=B)
-    last = 1.0 if device.prefill_logits == "last" else None
-    t_prefill = dict(_by_category(model.op_seconds(c, prefill, device, prec, lm_head_tokens=last)))
-    t_step = dict(_by_category(model.op_seconds(c, step, device, prec)))
-    f_prefill = dict(_flops_by_category(c, prefill))
-    f_step = dict(_flops_by_category(c, step))
-    r = arch.resolved()
-    layers = {
-        "attention": r.pattern.count("N"),
-        "linear": r.pattern.count("L"),
-        "mcsd": r.pattern.count("M"),
-        "ffn": r.n_layers if r.moe is None else 0,
-        "moe": r.n_layers if r.moe is not None else 0,
-    }
-    rows = []
-    for cat in (
-        "attention",
-        "linear",
-        "mcsd",
-        "ffn",
-        "moe",
-        "norms+residual",
-        "embedding",
-        "lm head",
-    ):
-        n = layers.get(cat, 0)
-        if t_step.get(cat, 0.0) == 0 and t_prefill.get(cat, 0.0) == 0:
-            continue
-        rows.append(
-            {
-                "part": cat,
-                "layers": n,
-                "prefill_gflops": f_prefill.get(cat, 0.0) / 1e9,
-                "decode_mflops": f_step.get(cat, 0.0) / 1e6,
-                "ttft_ms": 1e3 * t_prefill.get(cat, 0.0),
-                "decode_ms": 1e3 * t_step.get(cat, 0.0),
-            }
-        )
-    ttft = 1e3 * float(model.ttft_s(c, device, cfg.prompt, prec, B)[0])
-    dec = 1e3 * float(model.decode_s(c, device, cfg.context, prec, B)[0])
-    e2e = 1e3 * float(model.e2e_s(c, device, cfg.prompt, cfg.generate, prec, B)[0])
-    totals = {
-        **p,
-        "weight_bytes": float(model.weight_bytes(c, prec)[0]),
-        **{
-            f"cache_bytes_{b}bit": float(model.cache_bytes(c, cfg.context, b, B)[0])
-            for b in (16, 8, 4)
-        },
-        "state_elements": float(state_elements(c, cfg.context, B)[0]),
-        "memory_bytes": float(model.memory_bytes(c, cfg.context, prec, B)[0]),
-        "prefill_flops": float(model.flops(c, prefill)[0]),
-        "decode_flops_per_token": float(model.flops(c, step)[0]) / B,
-        "train_flops_per_token": float(model.train_flops_per_token(c, cfg.prompt)[0]),
-        "ttft_ms": ttft,
-        "decode_ms": dec,
-        "e2e_ms": e2e,
-        "decode_tokens_per_s": 1e3 * B / dec,
-        "prefill_tokens_per_s": 1e3 * cfg.prompt * B / ttft,
-    }
-    notes = []
-    if cfg.context > r.max_seq_len or cfg.prompt + cfg.generate > r.max_seq_len:
-        notes.append(f"beyond max_seq_len={r.max_seq_len}")
-    return {
-        "arch": arch.name,
-        "summary": arch.summary(),
-        "device": device.name,
-        "precision": prec,
-        "cache_bits": bits,
-        "settings": {
-            "prompt": cfg.prompt,
-            "context": cfg.context,
-            "generate": cfg.generate,
-            "batch": B,
-        },
-        "breakdown": rows,
-        "totals": totals,
-        "notes": notes,
-    }
-
-
-def _by_category(items) -> list[tuple[str, float]]:
-    out: dict[str, float] = {}
-    for name, t in items:
-        out[category(name)] = out.get(category(name), 0.0) + float(np.asarray(t).ravel()[0])
-    return list(out.items())
-
-
-def _flops_by_category(c, phase) -> list[tuple[str, float]]:
-    from archsearch.cost.counts import model_ops
-
-    out: dict[str, float] = {}
-    for count, op in model_ops(c, phase):
-        v = float(np.asarray(count * op.flops).ravel()[0])
-        out[category(op.name)] = out.get(category(op.name), 0.0) + v
-    return list(out.items())
-
-
 def cost_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.arch import load_arch
+    from archsearch.cost.breakdown import cost_report, length_curves
     from archsearch.cost.devices import load_device
 
     output.check_format(cfg.format)
@@ -167,14 +43,30 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
         raise UserError("name at least one architecture", key="arch")
     archs = [load_arch(a) for a in names]
     device = load_device(cfg.device)
-    reports = [arch_report(a, device, cfg) for a in archs]
+    reports = [
+        cost_report(
+            a,
+            device,
+            precision=cfg.precision,
+            prompt=cfg.prompt,
+            context=cfg.context,
+            generate=cfg.generate,
+            batch=cfg.batch,
+        )
+        for a in archs
+    ]
     plot_path = None
     if cfg.seq_lens:
         plot_path = Path(
             cfg.plot
             or Path("runs") / "cost" / f"{'-'.join(a.name for a in archs)}-{device.name}.png"
         )
-        curves = length_curves(archs, device, cfg)
+        curves = [
+            length_curves(
+                a, device, cfg.seq_lens, precision=cfg.precision, prompt=cfg.prompt, batch=cfg.batch
+            )
+            for a in archs
+        ]
         plot_lengths(curves, [a.name for a in archs], device, cfg, plot_path)
         for rep, curve in zip(reports, curves):
             rep["curves"] = curve
@@ -250,35 +142,6 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
     return 0
 
 
-def length_curves(archs, device, cfg: Any) -> list[dict[str, list[float]]]:
-    from archsearch.cost import columns, model
-
-    out = []
-    lens = np.array(sorted(cfg.seq_lens), dtype=np.float64)
-    for a in archs:
-        c = columns(a)
-        bits = model.cache_bits(cfg.precision)
-        cache = [float(model.cache_bytes(c, n, bits, cfg.batch)[0]) for n in lens]
-        memory = [float(model.memory_bytes(c, n, cfg.precision, cfg.batch)[0]) for n in lens]
-        decode = [
-            1e3 * float(model.decode_s(c, device, n, cfg.precision, cfg.batch)[0]) for n in lens
-        ]
-        e2e = [
-            1e3 * float(model.e2e_s(c, device, cfg.prompt, int(n), cfg.precision, cfg.batch)[0])
-            for n in lens
-        ]
-        out.append(
-            {
-                "seq_lens": lens.tolist(),
-                "cache_bytes": cache,
-                "memory_bytes": memory,
-                "decode_ms": decode,
-                "e2e_ms": e2e,
-            }
-        )
-    return out
-
-
 def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> None:
     """Memory and latency against sequence length (the seed MCSD Figs. 5-7 kind of picture)."""
     import matplotlib
@@ -314,21 +177,21 @@ def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> Non
 
 
 def prune_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cli.space_cmd import open_space
     from archsearch.cost.devices import load_device
-    from archsearch.cost.table import prune
+    from archsearch.cost.table import prune, rank
+    from archsearch.space import open_space
 
     output.check_format(cfg.format)
     for key in ("limit", "show"):
         if getattr(cfg, key) < 0 or (key == "limit" and cfg.limit == 0):
             raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
-    space = open_space(cfg)
+    space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
     device = load_device(cfg.device).name
     t0 = time.perf_counter()
     res = prune(space, device, limit=cfg.limit, seed=cfg.seed)
     elapsed = time.perf_counter() - t0
     survivors = res.survivors
-    order = _rank(space, survivors, device)
+    order = rank(space, survivors, device)
     shown = [survivors[i] for i in order[: cfg.show]]
     data = {
         "space": space.name,
@@ -385,21 +248,6 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
             )
         )
     return 0
-
-
-def _rank(space, survivors, device) -> list[int]:
-    """Survivors ordered by the space's first cost objective (else as enumerated)."""
-    from archsearch.cost import metric_values
-    from archsearch.cost.counts import Columns
-
-    cost_obj = [o for o in space.objectives if o.spec.phase == "cost"]
-    if not survivors or not cost_obj:
-        return list(range(len(survivors)))
-    values = metric_values(
-        Columns.from_archs([c.arch for c in survivors]), cost_obj[0].spec.with_device(device)
-    )
-    order = np.argsort(values if cost_obj[0].direction == "minimize" else -values, kind="stable")
-    return [int(i) for i in order]
 
 
 def _fmt_metric(name: str, v: float) -> str:

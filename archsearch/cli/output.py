@@ -1,4 +1,6 @@
-"""Printing: rich tables for people, JSON for scripts (`format=json`)."""
+"""Printing: rich tables for people, JSON for scripts (`format=json`). Number formatting is
+`archsearch.units`; `human` and `fmt_value` are re-exported here for the commands that still
+call them as `output.human` / `output.fmt_value`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import sys
 from typing import Any
 
 from archsearch.errors import UserError
+from archsearch.units import fmt_value, human
+
+__all__ = ["FORMATS", "check_format", "console", "fmt_value", "human", "print_json", "table"]
 
 FORMATS = ("table", "json")
 
@@ -41,35 +46,6 @@ def table(
     for r in rows:
         t.add_row(*[fmt_value(v) for v in r])
     return t
-
-
-def fmt_value(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "inf"
-        return f"{v:.4g}"
-    return str(v)
-
-
-def human(n: float, unit: str = "") -> str:
-    """1234567 -> '1.23M'; bytes use binary prefixes."""
-    if n is None:
-        return "-"
-    if unit == "B":
-        for prefix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-            if abs(n) >= scale:
-                return f"{n / scale:.3g} {prefix}"
-        return f"{n:.0f} B"
-    if unit.strip() == "ms":
-        return f"{n:.4g}{unit}"
-    for prefix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{prefix}{unit}"
-    return f"{n:.3g}{unit}"
 
 
 def print_json(data: Any) -> None:

@@ -6,19 +6,13 @@ import math
 from typing import Any
 
 from archsearch.cli import output
-from archsearch.space import Fixed, SearchSpace, count, load_space, sample
-
-
-def open_space(cfg: Any) -> SearchSpace:
-    """The space named by `space_file=PATH` or `search_space=NAME|PATH`."""
-    if cfg.space_file:
-        return load_space(cfg.space_file, key="space_file")
-    return load_space(cfg.search_space)
+from archsearch.errors import UserError
+from archsearch.space import Fixed, SearchSpace, count, open_space, sample
 
 
 def run(sub: str, cfg: Any) -> int:
     output.check_format(cfg.format)
-    space = open_space(cfg)
+    space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
     if sub == "show":
         return show(space, cfg.format)
     return sample_cmd(space, cfg.n, cfg.seed, cfg.format)
@@ -115,8 +109,6 @@ def show(space: SearchSpace, fmt: str) -> int:
 
 
 def sample_cmd(space: SearchSpace, n: int, seed: int, fmt: str) -> int:
-    from archsearch.errors import UserError
-
     if n <= 0:
         raise UserError(f"must be positive, got {n}", key="n")
     result = sample(space, n, seed)

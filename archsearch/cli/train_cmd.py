@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 from archsearch.cli import output
+from archsearch.cli.schemas import TrainCmdConfig
 
 
-def run(sub: str | None, cfg: Any) -> int:
+def run(sub: str | None, cfg: TrainCmdConfig) -> int:
     from archsearch.arch import load_arch
-    from archsearch.trainers.config import TrainConfig
     from archsearch.trainers.curves import write_curves
     from archsearch.trainers.trial import run_trial
 
-    output.check_format(cfg.format)
     arch = load_arch(cfg.arch)
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
-    train = TrainConfig.from_dict({k: getattr(cfg, k) for k in names})
+    train = cfg.trial_config()
     run_dir = Path(cfg.run_dir or f"runs/train/{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if cfg.format == "json":
         result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume)

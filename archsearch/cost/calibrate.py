@@ -182,8 +182,8 @@ def fit_to_models(repeats: int, profile: dict[str, Any]) -> dict[str, Any]:
     from scipy.optimize import least_squares
 
     from archsearch.cost import model as cost_model
-    from archsearch.cost.counts import Columns
     from archsearch.cost.devices import parse_device
+    from archsearch.cost.ops import Columns
     from archsearch.models import build_model
 
     base_device = parse_device(profile, source="calibration", default_name="local")

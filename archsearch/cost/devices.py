@@ -2,7 +2,7 @@
 
 A profile holds peak compute by precision class (FLOP/s; a multiply-add is 2 FLOPs), memory
 bandwidth and capacity, a source line for every figure, and the efficiency factors of the
-latency model (`archsearch.cost.latency`): the fraction of peak compute a large matmul reaches,
+latency model (`archsearch.cost.model`): the fraction of peak compute a large matmul reaches,
 the row count at which matmuls reach half of that, the fraction of peak bandwidth a streaming
 read reaches, and a fixed overhead per operator. `archsearch calibrate` measures them for this
 machine and writes the `local` profile.

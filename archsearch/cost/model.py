@@ -16,14 +16,19 @@ fixed overhead. Time to first token is a forward over the prompt; decode time pe
 step at context n; end-to-end is TTFT(P) plus G decode steps at the mean context P + (G-1)/2
 (exact when the step time is affine in the context, as it is on either side of a roofline
 ridge).
+
+The cost metrics of `archsearch.metrics` are registered here beside their formulas
+(`@evaluator`); the parameter counts are registered in `counts`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from archsearch.cost.counts import Columns, Phase, model_ops, params, state_elements
-from archsearch.cost.devices import DeviceProfile
+from archsearch.cost.counts import model_ops, params, state_elements
+from archsearch.cost.devices import DeviceProfile, load_device
+from archsearch.cost.evaluate import evaluator
+from archsearch.cost.ops import Columns, Op, Phase
 
 WEIGHT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "q8": 8.5, "q4": 4.5}
 ACT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "q8": 2.0, "q4": 2.0}
@@ -56,12 +61,21 @@ def flops(
     return total / 2.0 if unit == "macs" else total
 
 
-def train_flops_per_token(c: Columns, seq_len: int, causal: str = "half") -> np.ndarray:
-    """Forward + backward FLOPs per training token at context `seq_len` (LM head included)."""
-    p = Phase("forward", T=seq_len, causal=causal)
-    return flops(c, p, backward=True, extra=True) / seq_len
+@evaluator("prefill_flops")
+def prefill_flops(c: Columns, tokens: int, batch: float) -> np.ndarray:
+    """FLOPs of a prefill of `tokens` tokens (causally visible attention pairs)."""
+    return flops(c, Phase("forward", T=tokens, B=batch, causal="half"))
 
 
+@evaluator("train_flops_per_token")
+def train_flops_per_token(c: Columns, context: int) -> np.ndarray:
+    """Forward + backward FLOPs per training token at context `context` (causal attention
+    counted over visible pairs, LM head included): the unit of FLOPs-matched budgets."""
+    p = Phase("forward", T=context, causal="half")
+    return flops(c, p, backward=True, extra=True) / context
+
+
+@evaluator("weight_bytes")
 def weight_bytes(c: Columns, precision: str) -> np.ndarray:
     """Parameters at a precision; 1-D parameters (norms, decays) stay 32-bit."""
     p = params(c)["params"]
@@ -80,10 +94,12 @@ def _vector_params(c: Columns) -> np.ndarray:
     )
 
 
+@evaluator("cache_bytes")
 def cache_bytes(c: Columns, context, bits: float = 16.0, batch: float = 1.0) -> np.ndarray:
     return state_elements(c, context, batch) * bits / 8.0
 
 
+@evaluator("memory_bytes")
 def memory_bytes(c: Columns, context, precision: str, batch: float = 1.0) -> np.ndarray:
     """Peak inference memory: weights + cache at `context` + the prefill working set (the
     widest per-token activation of a layer, for every token of the context) + one row of
@@ -115,8 +131,8 @@ def op_seconds(
     precision: str,
     *,
     lm_head_tokens: float | None = None,
-) -> list[tuple[str, np.ndarray]]:
-    """Roofline time of every op of a phase (multiplicity included), with its name.
+) -> list[tuple[Op, np.ndarray]]:
+    """Roofline time of every op of a phase (multiplicity included), with the op.
     `lm_head_tokens` limits the LM head to that many tokens per sequence (a prefill that needs
     only the last token's logits).
 
@@ -129,7 +145,7 @@ def op_seconds(
     peak_w = device.peak(precision)
     peak_a = device.peak("fp32" if precision == "fp32" else "fp16")
     wb, ab, sb = WEIGHT_BITS[precision] / 8.0, ACT_BYTES[precision], cache_bits(precision) / 8.0
-    ops = cached_ops(c, phase)
+    ops = _cached_ops(c, phase)
     bw = np.full(c.n, device.memory_bandwidth * eff.bandwidth)
     if device.cache_capacity > 0:
         weight_bytes = sum(count * op.weights for count, op in ops) * wb
@@ -150,18 +166,18 @@ def op_seconds(
         else:
             rows = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
             if table is not None and op.kind == "matmul" and np.any(op.kn):
-                rate = table_rate(table, op.kn, rows) * eff.compute
+                rate = _table_rate(table, op.kn, rows) * eff.compute
             else:
                 peak = peak_w if op.kind == "matmul" else peak_a
                 rate = peak * eff.compute * rows / (rows + eff.half_rows)
                 if op.kind != "matmul":
                     rate = rate * vector
             t = np.maximum((flops + op.extra_flops) / rate, mem)
-        out.append((op.name, count * (t + op.launches * eff.op_overhead_s)))
+        out.append((op, count * (t + op.launches * eff.op_overhead_s)))
     return out
 
 
-def table_rate(table: dict, kn, rows) -> np.ndarray:
+def _table_rate(table: dict, kn, rows) -> np.ndarray:
     """Measured matmul FLOP/s at weight size `kn` and `rows` rows: bilinear interpolation in
     log-log space over the calibration grid, clamped to its edges."""
     lw, lr = np.log(table["weights"]), np.log(table["rows"])
@@ -181,7 +197,7 @@ def table_rate(table: dict, kn, rows) -> np.ndarray:
     return np.exp(v)
 
 
-def cached_ops(c: Columns, phase: Phase) -> list:
+def _cached_ops(c: Columns, phase: Phase) -> list:
     """`model_ops` of a phase, computed once per table (devices and precisions share them)."""
     cache = c.__dict__.setdefault("_ops", {})
     key = (phase.kind, phase.T, phase.n0, phase.B, phase.causal)
@@ -202,14 +218,6 @@ def phase_seconds(
     total = np.zeros(c.n)
     for _, t in op_seconds(c, phase, device, precision, lm_head_tokens=lm_head_tokens):
         total = total + t
-    return total
-
-
-def launch_count(c: Columns, phase: Phase) -> np.ndarray:
-    """Operators the eager PyTorch models dispatch in a phase (for the overhead term)."""
-    total = np.zeros(c.n)
-    for count, op in model_ops(c, phase):
-        total = total + count * op.launches
     return total
 
 
@@ -244,3 +252,18 @@ def e2e_s(
     return ttft_s(c, device, prompt, precision, batch) + generate * decode_s(
         c, device, mid, precision, batch
     )
+
+
+@evaluator("ttft_ms")
+def ttft_ms(c: Columns, device: str, prompt: int, precision: str) -> np.ndarray:
+    return 1e3 * ttft_s(c, load_device(device), prompt, precision)
+
+
+@evaluator("decode_ms")
+def decode_ms(c: Columns, device: str, context: int, precision: str) -> np.ndarray:
+    return 1e3 * decode_s(c, load_device(device), context, precision)
+
+
+@evaluator("e2e_ms")
+def e2e_ms(c: Columns, device: str, prompt: int, generate: int, precision: str) -> np.ndarray:
+    return 1e3 * e2e_s(c, load_device(device), prompt, generate, precision)

@@ -1,8 +1,9 @@
-"""Whole candidate tables at once: metrics for every row, constraints, and pruning.
+"""Pruning a space before training: its cost constraints on the whole candidate table at once.
 
 `prune(space, device)` enumerates a finite space (or samples an infinite or huge one), builds
 every candidate, evaluates every cost constraint of the space on the vectorised table and
-reports the survivors and, for each constraint, how many candidates it pruned.
+reports the survivors and, for each constraint, how many candidates it pruned; `rank` orders
+candidates by the space's first cost objective.
 """
 
 from __future__ import annotations
@@ -14,15 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from archsearch.cost import metric_values
-from archsearch.cost.counts import Columns
+from archsearch.cost.evaluate import metric_values
+from archsearch.cost.ops import Columns
 from archsearch.space import Candidate, SearchSpace, assignments, build, count
 from archsearch.space.candidates import sample_assignment
-from archsearch.space.metrics import MetricSpec
-
-
-def metric_table(c: Columns, specs: list[MetricSpec]) -> dict[str, np.ndarray]:
-    return {s.label: metric_values(c, s) for s in specs}
 
 
 @dataclass
@@ -69,7 +65,7 @@ def prune(space: SearchSpace, device: str, *, limit: int = 200_000, seed: int = 
         for con in space.constraints:
             if con.spec.phase != "cost":
                 continue
-            values = metric_values(c, con.spec.with_device(device))
+            values = metric_values(c, con.spec.on_device(device, only_unset=True))
             ok = np.ones(len(values), dtype=bool)
             if con.max is not None:
                 ok &= values <= con.max
@@ -80,3 +76,16 @@ def prune(space: SearchSpace, device: str, *, limit: int = 200_000, seed: int = 
             feasible &= ok
     res.feasible = feasible
     return res
+
+
+def rank(space: SearchSpace, candidates: list[Candidate], device: str) -> list[int]:
+    """Indices of `candidates` ordered by the space's first cost objective (else as given)."""
+    cost_obj = [o for o in space.objectives if o.spec.phase == "cost"]
+    if not candidates or not cost_obj:
+        return list(range(len(candidates)))
+    values = metric_values(
+        Columns.from_archs([c.arch for c in candidates]),
+        cost_obj[0].spec.on_device(device, only_unset=True),
+    )
+    order = np.argsort(values if cost_obj[0].direction == "minimize" else -values, kind="stable")
+    return [int(i) for i in order]

@@ -28,8 +28,9 @@ Recurrent inference (eqs. 16, 19), with n the number of tokens already seen:
   S^slope_{n+1} = (1 - 1/Σ_{j=0}^{n-1} e^{-jβ}) S^slope_n + (1/Σ_{j=0}^{n-1} e^{-jβ}) V_n,
   S^decay_{n+1} = α S^decay_n + α E_n;  both O(1): the state is 2 D numbers per sequence.
 Training form: both sections are exclusive exponential moving averages with a fixed decay per
-channel (e^{-β_i} and α_i), computed in chunks of 64 (a fixed [C, 64, 64] decay matrix within
-a chunk, a recurrence over chunk states between chunks): O(T * 64) memory, never O(T^2). The
+channel (e^{-β_i} and α_i), computed in chunks of CHUNK = 64 tokens, the linear mixers' chunk
+(`archsearch.models.linear.common`): a fixed [C, 64, 64] decay matrix within a chunk, a
+recurrence over chunk states between chunks; O(T * 64) memory, never O(T^2). The
 slope sum is divided by its closed-form softmax denominator Σ_{j=1}^{t} e^{-jβ}.
 
 Parameters: w_in [C, Dc, 4 Dc] (W_U, W_V, W_F, W_E per channel, fused); norm_weight [C, Dc];
@@ -46,10 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from archsearch.arch import ArchConfig
+from archsearch.arch import CHUNK, ArchConfig
 from archsearch.models.gemm import Linear
-
-CHUNK = 64
 
 
 def slope_betas(C: int) -> torch.Tensor:

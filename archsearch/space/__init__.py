@@ -1,4 +1,12 @@
-"""The search-space language: YAML spaces in Hydra's sweep grammar, and their candidates."""
+"""The search-space language: YAML space files in Hydra's sweep grammar (with conditional
+parameters and derived values), and the candidate architectures drawn from them.
+
+Modules, lowest first (each imports only those above it):
+- `domains`: one parameter's values (`choice`, `range`, `interval`, fixed), parsed by Hydra;
+- `assign`: an assignment set into the base architecture, derived values resolved;
+- `spec`: the space file: loading, checking, `SearchSpace`;
+- `candidates`: enumerating, counting, sampling and Optuna's define-by-run over a space.
+"""
 
 from archsearch.space.candidates import (
     Candidate,
@@ -6,24 +14,26 @@ from archsearch.space.candidates import (
     assignments,
     build,
     count,
-    enumerate_candidates,
     sample,
+    sample_assignment,
     suggest,
 )
 from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, parse_domain
-from archsearch.space.metrics import METRICS, Constraint, MetricSpec, Objective
-from archsearch.space.spec import Param, SearchSpace, load_space, parse_space, parse_space_file
+from archsearch.space.spec import (
+    Param,
+    SearchSpace,
+    load_space,
+    open_space,
+    parse_space,
+    parse_space_file,
+)
 
 __all__ = [
-    "METRICS",
     "Candidate",
     "Choice",
-    "Constraint",
     "Domain",
     "Fixed",
     "Interval",
-    "MetricSpec",
-    "Objective",
     "Param",
     "Range",
     "SampleResult",
@@ -31,11 +41,12 @@ __all__ = [
     "assignments",
     "build",
     "count",
-    "enumerate_candidates",
     "load_space",
+    "open_space",
     "parse_domain",
     "parse_space",
     "parse_space_file",
     "sample",
+    "sample_assignment",
     "suggest",
 ]

@@ -20,101 +20,8 @@ from typing import Any
 
 from archsearch.arch import ArchConfig, InvalidArch
 from archsearch.errors import UserError
-from archsearch.space.spec import Param, SearchSpace, _apply, set_path
-
-# ---- derived values ---------------------------------------------------------------------------
-
-
-class DerivedError(ValueError):
-    """A derived value that cannot be computed for this candidate (e.g. inexact division)."""
-
-    def __init__(self, reason: str, message: str):
-        self.reason = reason
-        super().__init__(message)
-
-
-def _div(a: Any, b: Any) -> int:
-    if b == 0:
-        raise DerivedError("derived_division_by_zero", f"{a} / 0")
-    if isinstance(a, int) and isinstance(b, int):
-        if a % b:
-            raise DerivedError("derived_not_whole", f"{a} is not divisible by {b}")
-        return a // b
-    return a / b
-
-
-def _round_to(x: Any, multiple: Any) -> int:
-    """Nearest multiple of `multiple` (at least one multiple)."""
-    return max(int(multiple), int(multiple) * round(x / multiple))
-
-
-RESOLVERS = {
-    "div": _div,
-    "floordiv": lambda a, b: a // b,
-    "mul": lambda a, b: a * b,
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "min": lambda *xs: min(xs),
-    "max": lambda *xs: max(xs),
-    "int": lambda x: int(x),
-    "round_to": _round_to,
-}
-
-
-def register_resolvers() -> None:
-    """Register the arithmetic resolvers with OmegaConf (idempotent)."""
-    from omegaconf import OmegaConf
-
-    for name, fn in RESOLVERS.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
-
-def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
-    """Fill the derived values of `tree` (an architecture dict plus `vars`) by OmegaConf
-    interpolation. Raises `DerivedError` for a candidate-specific failure and `UserError`
-    (naming `derived.KEY`) for a broken expression."""
-    if not derived:
-        return tree
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    register_resolvers()
-    for key, expr in derived.items():
-        set_path(tree, key, expr)
-    conf = OmegaConf.create(tree)
-    out = {}
-    for key in derived:
-        try:
-            out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
-        except OmegaConfBaseException as err:
-            cause = _root_cause(err)
-            if isinstance(cause, DerivedError):
-                if strict:
-                    raise DerivedError(cause.reason, f"derived.{key}: {cause}") from None
-                continue
-            msg = " ".join(str(err).split("\n")[0].split())
-            raise UserError(
-                f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
-            ) from None
-        except DerivedError as err:
-            if strict:
-                raise DerivedError(err.reason, f"derived.{key}: {err}") from None
-    resolved = OmegaConf.to_container(conf, resolve=False)
-    for key, value in out.items():
-        set_path(resolved, key, value)
-    return resolved
-
-
-def _root_cause(err: BaseException) -> BaseException:
-    seen = set()
-    while id(err) not in seen and (err.__cause__ or err.__context__) is not None:
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return err
-
-
-# ---- candidates -------------------------------------------------------------------------------
+from archsearch.space.assign import DerivedError, apply_assignment, resolve_derived
+from archsearch.space.spec import Param, SearchSpace
 
 
 @dataclass(frozen=True)
@@ -133,7 +40,7 @@ class Candidate:
 
 def build(space: SearchSpace, assignment: dict[str, Any]) -> Candidate:
     """Apply an assignment to the base architecture and validate it."""
-    tree = _apply(space.base, assignment)
+    tree = apply_assignment(space.base, assignment)
     try:
         tree = resolve_derived(tree, space.derived)
     except DerivedError as err:
@@ -149,7 +56,8 @@ def build(space: SearchSpace, assignment: dict[str, Any]) -> Candidate:
     return Candidate(dict(assignment), arch=arch.with_name(arch.arch_hash))
 
 
-def is_active(space: SearchSpace, param: Param, current: dict[str, Any]) -> bool:
+def _is_active(space: SearchSpace, param: Param, current: dict[str, Any]) -> bool:
+    """Whether every condition of `param` holds for the values drawn so far (or the base)."""
     names = {p.name for p in space.params}
     for key, allowed in param.when:
         if key in names:
@@ -169,7 +77,7 @@ def assignments(space: SearchSpace) -> Iterator[dict[str, Any]]:
             yield dict(current)
             return
         p = params[i]
-        if not is_active(space, p, current):
+        if not _is_active(space, p, current):
             yield from walk(i + 1, current)
             return
         if not p.domain.finite:
@@ -187,11 +95,6 @@ def assignments(space: SearchSpace) -> Iterator[dict[str, Any]]:
     yield from walk(0, {})
 
 
-def enumerate_candidates(space: SearchSpace) -> Iterator[Candidate]:
-    for a in assignments(space):
-        yield build(space, a)
-
-
 def count(space: SearchSpace) -> int | float:
     """The number of assignments (math.inf when an active parameter is continuous).
 
@@ -204,7 +107,7 @@ def count(space: SearchSpace) -> int | float:
         if i == len(params):
             return 1
         p = params[i]
-        if not is_active(space, p, current):
+        if not _is_active(space, p, current):
             return walk(i + 1, current)
         if p.name not in controllers:
             return p.domain.size * walk(i + 1, current)
@@ -220,9 +123,10 @@ def count(space: SearchSpace) -> int | float:
 
 
 def sample_assignment(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
+    """One random assignment: every active parameter drawn from its domain."""
     current: dict[str, Any] = {}
     for p in space.params:
-        if is_active(space, p, current):
+        if _is_active(space, p, current):
             current[p.name] = p.domain.sample(rng)
     return current
 
@@ -231,13 +135,15 @@ def suggest(space: SearchSpace, trial: Any) -> dict[str, Any]:
     """Define-by-run: ask an Optuna trial for every active parameter, in dependency order."""
     current: dict[str, Any] = {}
     for p in space.params:
-        if is_active(space, p, current):
+        if _is_active(space, p, current):
             current[p.name] = p.domain.suggest(trial, p.name)
     return current
 
 
 @dataclass
 class SampleResult:
+    """Distinct valid candidates, and what was rejected or duplicated while drawing them."""
+
     candidates: list[Candidate]
     rejections: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)

@@ -12,7 +12,7 @@ params:                           # Hydra sweep grammar (choice / range / interv
   vars.ffn_mult: choice(3, 4)     # a free variable, used only by derived values
 derived:                          # OmegaConf interpolations, resolved per candidate
   ffn.d_ffn: ${mul:${d_model},${vars.ffn_mult}}
-constraints: [...]                # see archsearch.space.metrics
+constraints: [...]                # see archsearch.metrics
 objectives: [...]
 train: {...}                      # sandbox-training settings for sweeps of this space
 ```
@@ -25,7 +25,6 @@ dependency order, so an Optuna define-by-run trial asks only for the active ones
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
@@ -35,10 +34,14 @@ from typing import Any
 from archsearch import yamlio
 from archsearch.arch import CHOICES, MIXER_OF_LETTER, ArchConfig, load_arch
 from archsearch.errors import UserError
+from archsearch.metrics import Constraint, Objective, parse_constraints, parse_objectives
+from archsearch.resources import conf_dir, resolve, shipped_names, spaces_dir
+from archsearch.space.assign import apply_assignment, resolve_derived
 from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, parse_domain
-from archsearch.space.metrics import Constraint, Objective, parse_constraints, parse_objectives
 
-TOP_KEYS = (
+# Checked by hand, not by an OmegaConf structured merge: that would take `name: 5` as "5", treat
+# `params: null` as an error, name no key for `params: [...]`, and resolve `${oc.env:...}`.
+_TOP_KEYS = (
     "name",
     "description",
     "base",
@@ -58,13 +61,12 @@ class Param:
     domain: Domain
     when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
-    @property
-    def is_var(self) -> bool:
-        return self.name.startswith("vars.")
-
 
 @dataclass
 class SearchSpace:
+    """A parsed space file: the base architecture (as a dict), its parameters in dependency
+    order, the derived values, and the constraints, objectives and training settings."""
+
     name: str
     source: str
     base: dict[str, Any]
@@ -78,12 +80,11 @@ class SearchSpace:
 
     @property
     def controllers(self) -> set[str]:
+        """The keys some parameter's condition depends on."""
         return {k for p in self.params for k, _ in p.when}
 
-    def param(self, name: str) -> Param:
-        return next(p for p in self.params if p.name == name)
-
     def base_value(self, key: str) -> Any:
+        """The base architecture's value at a key path (the ArchConfig default when unset)."""
         node: Any = self.base
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
@@ -114,7 +115,7 @@ def _strip_optional(tp: Any) -> Any:
     return args[0] if args and typing.get_origin(tp) is not None else tp
 
 
-FIELD_TYPES = _field_types()
+_FIELD_TYPES = _field_types()
 
 
 def _default_of(key: str) -> Any:
@@ -133,7 +134,7 @@ def _check_key(key: str, *, source: str, where: str) -> None:
         if not key[5:].isidentifier():
             raise UserError(f"'{key}' is not a valid variable name", source=source, key=where)
         return
-    if key not in FIELD_TYPES:
+    if key not in _FIELD_TYPES:
         raise UserError(
             f"unknown architecture key {key!r} (e.g. n_layers, d_model, "
             "attention.n_heads, linear.family, ffn.d_ffn, moe.n_experts, "
@@ -147,7 +148,7 @@ def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
     """A parameter value must fit the ArchConfig field's type and registered names."""
     if key.startswith("vars.") or value is None:
         return
-    tp = FIELD_TYPES[key]
+    tp = _FIELD_TYPES[key]
     ok = {
         bool: isinstance(value, bool),
         int: isinstance(value, int) and not isinstance(value, bool),
@@ -178,27 +179,33 @@ def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
 # ---- loading ----------------------------------------------------------------------------------
 
 
+def open_space(*, search_space: str | None, space_file: str | None = None) -> SearchSpace:
+    """The space a command names: `space_file=PATH` when given, else `search_space=NAME|PATH`
+    (errors name the key that carried it)."""
+    if space_file:
+        return load_space(space_file, key="space_file")
+    return load_space(search_space)
+
+
 def load_space(name_or_path: str, *, key: str = "search_space") -> SearchSpace:
     """Load a shipped space by name (`search_spaces/NAME.yaml`) or a space file by path."""
-    from archsearch.resources import resolve, spaces_dir
-
     path = resolve(name_or_path, spaces_dir(), "search space", key)
     return parse_space_file(path)
 
 
 def parse_space_file(path: Path) -> SearchSpace:
+    """Parse a space file; its name defaults to the file's stem."""
     return parse_space(yamlio.load(path), source=str(path), default_name=path.stem)
 
 
 def parse_space(raw: Any, *, source: str, default_name: str = "space") -> SearchSpace:
-    from archsearch.resources import conf_dir, shipped_names
-
+    """Parse and check a space from plain data; errors name `source` and the key path."""
     if not isinstance(raw, dict):
         raise UserError("a search space must be a YAML mapping", source=source, key="(top level)")
-    unknown = sorted(set(map(str, raw)) - set(TOP_KEYS))
+    unknown = sorted(set(map(str, raw)) - set(_TOP_KEYS))
     if unknown:
         raise UserError(
-            f"unknown key (known: {', '.join(TOP_KEYS)})", source=source, key=unknown[0]
+            f"unknown key (known: {', '.join(_TOP_KEYS)})", source=source, key=unknown[0]
         )
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
@@ -306,7 +313,7 @@ def _read_param(name: str, raw: Any, source: str) -> Param:
         for v in domain.values():
             _check_value(name, v, source=source, where=where)
     elif isinstance(domain, Interval) and not name.startswith("vars."):
-        tp = FIELD_TYPES[name]
+        tp = _FIELD_TYPES[name]
         if tp not in (int, float) or (tp is int and not domain.integer):
             need = "tag(int, interval(...))" if tp is int else "choice(...)"
             raise UserError(f"{name} is {tp.__name__}; use {need}", source=source, key=where)
@@ -382,35 +389,14 @@ def _dry_run_derived(space: SearchSpace) -> None:
     an interpolation is a load-time error rather than a rejection of every candidate."""
     if not space.derived:
         return
-    from archsearch.space.candidates import resolve_derived
-
     assignment = {}
     for p in space.params:
         d = p.domain
         assignment[p.name] = (
             d.values()[0] if d.finite else (d.low if isinstance(d, Interval) else None)
         )
-    tree = _apply(space.base, assignment)
+    tree = apply_assignment(space.base, assignment)
     try:
         resolve_derived(tree, space.derived, strict=False)
     except UserError as err:
         raise UserError(err.detail, source=space.source, key=err.key) from None
-
-
-def set_path(tree: dict, key: str, value: Any) -> None:
-    """tree["a"]["b"] = value for key "a.b", creating (or replacing null) sections on the way."""
-    node = tree
-    *parents, leaf = key.split(".")
-    for part in parents:
-        if node.get(part) is None:
-            node[part] = {}
-        node = node[part]
-    node[leaf] = value
-
-
-def _apply(base: dict, assignment: dict[str, Any]) -> dict:
-    tree = copy.deepcopy(base)
-    tree["vars"] = {}
-    for key, value in assignment.items():
-        set_path(tree, key, value)
-    return tree

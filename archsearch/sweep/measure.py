@@ -12,8 +12,8 @@ import statistics
 import time
 from typing import Any
 
+from archsearch.metrics import METRICS
 from archsearch.space import SearchSpace
-from archsearch.space.metrics import METRICS
 
 
 def measure_latency(

@@ -1,5 +1,8 @@
 """Stand-in trainables with known behaviour, for testing and benchmarking the orchestration.
 
+They live in the library, not with the tests, because Ray's workers import a trainable by its
+path (`trainable=archsearch.sweep.testing:synthetic`), on every node of a cluster.
+
 They follow the contract of `archsearch.sweep.trainable.sandbox` (intermediate results with
 `final: False`, then one `final: True` result with the trial result as JSON) but compute a
 synthetic validation loss from the architecture instead of training it, so a sweep's
@@ -41,11 +44,11 @@ def synthetic_loss(arch_dict: dict[str, Any]) -> float:
 def _run(config: dict[str, Any], fault: str) -> None:
     from ray import tune
 
-    from archsearch.sweep.trainable import _node_id
+    from archsearch.sweep.trainable import node_id
 
     sleep = float(os.environ.get("ARCHSEARCH_SYNTHETIC_SLEEP", "0.05"))
     final = synthetic_loss(config["arch"])
-    node = _node_id()
+    node = node_id()
     for i, fraction in enumerate((0.25, 0.5, 0.75)):
         time.sleep(sleep)
         if fault == "raise" and i == 1:
@@ -103,11 +106,11 @@ def replay(config: dict[str, Any]) -> None:
     from ray import tune
 
     from archsearch.arch import ArchConfig
-    from archsearch.sweep.trainable import _node_id
+    from archsearch.sweep.trainable import node_id
 
     cache = json.loads(Path(os.environ["ARCHSEARCH_REPLAY_CACHE"]).read_text())
     result = cache[ArchConfig.from_dict(config["arch"]).arch_hash]
-    node = _node_id()
+    node = node_id()
     for point in result["evals"]:
         if point["fraction"] < 1.0:
             tune.report(

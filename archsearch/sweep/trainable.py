@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 
-def _node_id() -> str:
+def node_id() -> str:
     import ray
 
     try:
@@ -46,7 +46,7 @@ def sandbox(config: dict[str, Any]) -> None:
 
     arch = ArchConfig.from_dict(config["arch"])
     cfg = TrainConfig.from_dict(config["train"])
-    node = _node_id()
+    node = node_id()
 
     def report(metrics: dict[str, Any]) -> bool:
         if metrics.get("fraction", 0.0) < 1.0:  # the last point comes with the final result

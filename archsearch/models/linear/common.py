@@ -44,10 +44,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from archsearch.arch import CHUNK
 from archsearch.models.gemm import Linear
 from archsearch.models.norm import RMSNorm
 
-CHUNK = 64
 SUBCHUNK = 16
 LOG_DECAY_MIN = -4.0
 

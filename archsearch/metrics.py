@@ -1,4 +1,5 @@
-"""The metrics a space can constrain or optimise, and their parsing.
+"""The metric vocabulary: what a space can constrain or optimise, a study stores and an axis
+shows; labels printed and parsed in one place.
 
 A metric is a name plus arguments, for example `decode_ms` on device `rpi5` at context 2048 in q4.
 Cost metrics (params, bytes, FLOPs, predicted latency) are known before training and are
@@ -15,7 +16,12 @@ objectives:
   - {metric: decode_ms, direction: minimize, device: rpi5}
 ```
 
-A metric that takes a device and names none uses the run's device (`device=` on the command).
+A metric that takes a device and names none uses the run's device (`device=` on the command);
+`MetricSpec.on_device` is "this metric on device X". A spec's `label`
+(`decode_ms[rpi5,context=2048,precision=q4]`) names it in studies, tables and plots;
+`parse_label` / `MetricSpec.parse` read a label back (also the command line's
+`decode_ms@rpi5@context:2048`). Cost metrics are evaluated by the evaluators registered in
+`archsearch.cost`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from archsearch.errors import UserError
+
+__all__ = [
+    "CACHE_BITS",
+    "METRICS",
+    "PRECISIONS",
+    "PROBE_TASKS",
+    "Constraint",
+    "MetricDef",
+    "MetricSpec",
+    "Objective",
+    "check_argument",
+    "parse_constraints",
+    "parse_label",
+    "parse_objectives",
+    "parse_quantity",
+    "typed_value",
+]
 
 PRECISIONS = ("fp32", "bf16", "fp16", "q8", "q4")
 CACHE_BITS = (32, 16, 8, 4)
@@ -164,9 +187,13 @@ class MetricSpec:
     def arg(self, name: str) -> Any:
         return dict(self.args)[name]
 
-    def with_device(self, device: str) -> MetricSpec:
-        """Fill an unset device with the run's device."""
-        if "device" not in dict(self.args) or self.arg("device") is not None:
+    def on_device(self, device: str, *, only_unset: bool = False) -> MetricSpec:
+        """This metric on `device` (metrics without a device argument are returned as they
+        are). `only_unset=True` fills a device the space left to the run, and keeps a named
+        one."""
+        if "device" not in dict(self.args):
+            return self
+        if only_unset and self.arg("device") is not None:
             return self
         return MetricSpec(
             self.metric, tuple((k, device if k == "device" else v) for k, v in self.args)
@@ -174,13 +201,60 @@ class MetricSpec:
 
     @property
     def label(self) -> str:
-        """A compact, stable name: `decode_ms[rpi5,context=2048,precision=q4]`."""
+        """A compact, stable name: `decode_ms[rpi5,context=2048,precision=q4]` (the inverse of
+        `MetricSpec.parse`)."""
         if not self.args:
             return self.metric
         parts = []
         for k, v in self.args:
-            parts.append(str(v) if k in ("device", "task") else f"{k}={v}")
+            parts.append(str(v) if k in POSITIONAL_ARGS else f"{k}={v}")
         return f"{self.metric}[{','.join(parts)}]"
+
+    @classmethod
+    def parse(cls, label: str) -> MetricSpec:
+        """A label as `label` writes it, back to a spec; arguments the label leaves out take
+        the metric's defaults. ValueError for a name that is not a metric."""
+        name, given = parse_label(label)
+        if name not in METRICS:
+            raise ValueError(f"unknown metric {name!r}")
+        args = {**METRICS[name].args, **{k: typed_value(v) for k, v in given.items()}}
+        return cls(name, tuple((k, args[k]) for k in METRICS[name].args))
+
+
+# arguments a label writes by value alone: `decode_ms[rpi5,...]`, `probe_acc[recall]`
+POSITIONAL_ARGS = ("device", "task")
+
+
+def parse_label(label: str) -> tuple[str, dict[str, str]]:
+    """The one parser of metric labels and axis names. Two spellings:
+    `decode_ms[rpi5,context=2048,precision=q4]` (as stored) and the shell- and Hydra-friendly
+    `decode_ms@rpi5@context:2048@precision:q4`. A bare value is the device, or the task of
+    `probe_acc`. Values stay text (`MetricSpec.parse` types them)."""
+    label = label.strip()
+    if "[" in label or "@" not in label:
+        name, _, rest = label.partition("[")
+        parts, sep = (rest.rstrip("]").split(",") if rest else []), "="
+    else:
+        name, *parts = label.split("@")
+        sep = ":"
+    args: dict[str, str] = {}
+    for part in parts:
+        if sep in part:
+            k, v = part.split(sep, 1)
+            args[k.strip()] = v.strip()
+        elif part.strip():
+            args["task" if name.strip() == "probe_acc" else "device"] = part.strip()
+    return name.strip(), args
+
+
+def typed_value(value: Any) -> Any:
+    """Label text back to the argument's type (whole numbers are ints)."""
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
 
 
 @dataclass(frozen=True)
@@ -253,49 +327,48 @@ class _Reader:
         args = []
         for arg, default in mdef.args.items():
             value = rest.get(arg, default)
-            args.append((arg, self.check_arg(name, arg, value, f"{key}.{arg}")))
+            args.append((arg, self.check_arg(arg, value, f"{key}.{arg}")))
         return MetricSpec(name, tuple(args)), {k: entry[k] for k in extra if k in entry}
 
-    def check_arg(self, metric: str, arg: str, value: Any, key: str) -> Any:
-        if arg == "device":
-            if value is None:
-                return None
-            if not isinstance(value, str) or (
-                self.known_devices and value not in self.known_devices
-            ):
-                raise UserError(
-                    f"unknown device {value!r} (known: {', '.join(self.known_devices)})",
-                    source=self.source,
-                    key=key,
-                )
-            return value
-        if arg == "precision":
-            if value not in PRECISIONS:
-                raise UserError(
-                    f"unknown precision {value!r} (known: {', '.join(PRECISIONS)})",
-                    source=self.source,
-                    key=key,
-                )
-            return value
-        if arg == "bits":
-            if value not in CACHE_BITS:
-                raise UserError(
-                    f"bits must be one of {CACHE_BITS}, got {value!r}", source=self.source, key=key
-                )
-            return value
-        if arg == "task":
-            if value not in PROBE_TASKS:
-                raise UserError(
-                    f"unknown probe task {value!r} (known: {', '.join(PROBE_TASKS)})",
-                    source=self.source,
-                    key=key,
-                )
-            return value
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    def check_arg(self, arg: str, value: Any, key: str) -> Any:
+        return check_argument(arg, value, key=key, source=self.source, devices=self.known_devices)
+
+
+# arguments that take one of a list of names: (what to call them, the names)
+_NAMED_VALUES = {"precision": ("precision", PRECISIONS), "task": ("probe task", PROBE_TASKS)}
+
+
+def check_argument(
+    arg: str, value: Any, *, key: str, source: str | None = None, devices: tuple[str, ...] = ()
+) -> Any:
+    """A metric argument's value, checked (a one-line `UserError` naming `key` when bad).
+    Devices are checked against `devices` when given (else only for being a name)."""
+    if arg == "device":
+        if value is None:
+            return None
+        if not isinstance(value, str) or (devices and value not in devices):
             raise UserError(
-                f"{arg} must be a positive integer, got {value!r}", source=self.source, key=key
+                f"unknown device {value!r} (known: {', '.join(devices)})",
+                source=source,
+                key=key,
             )
         return value
+    if arg in _NAMED_VALUES:
+        what, known = _NAMED_VALUES[arg]
+        if value not in known:
+            raise UserError(
+                f"unknown {what} {value!r} (known: {', '.join(known)})", source=source, key=key
+            )
+        return value
+    if arg == "bits":
+        if value not in CACHE_BITS:
+            raise UserError(
+                f"bits must be one of {CACHE_BITS}, got {value!r}", source=source, key=key
+            )
+        return value
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UserError(f"{arg} must be a positive integer, got {value!r}", source=source, key=key)
+    return value
 
 
 def parse_constraints(

@@ -1,20 +1,17 @@
-"""Open a stored study for analysis: `study=` is a run directory (holding study.db), a path to an
-SQLite file, or an SQLAlchemy URL (PostgreSQL on a cluster); `study_name=` picks one study when a
-storage holds several.
-
-Nothing here writes: a path that is not an existing Optuna database is refused before Optuna
-could create its tables in it.
-"""
+"""Open a stored study for analysis (`pareto`, `export`, `dashboard`, benchmarks): its records,
+objectives and directions, and where outputs go. Nothing here writes."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.sweep.study import TrialRecord, open_storage, records, study_meta
+from archsearch.study.schema import StudyMeta, TrialRecord
+from archsearch.study.storage import locate, open_storage, study_names
+
+__all__ = ["StudyData", "load", "records"]
 
 
 @dataclass
@@ -45,11 +42,16 @@ class StudyData:
 
     def require_trained(self) -> None:
         if not self.trained:
-            by = _count_statuses(self.records)
             raise UserError(
-                f"study {self.name!r} has no fully trained feasible trial yet ({by})",
+                f"study {self.name!r} has no fully trained feasible trial yet "
+                f"({_count_statuses(self.records)})",
                 key="study",
             )
+
+
+def records(study) -> list[TrialRecord]:
+    """Every trial of an open Optuna study, as records."""
+    return [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
 
 
 def _count_statuses(recs: list[TrialRecord]) -> str:
@@ -61,54 +63,16 @@ def _count_statuses(recs: list[TrialRecord]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
-def storage_url(study: str) -> tuple[str, Path | None]:
-    """(SQLAlchemy URL, home folder) of a run directory, an SQLite file or a URL."""
-    if "://" in study:
-        return study, None
-    path = Path(study).expanduser()
-    if path.is_dir():
-        db = path / "study.db"
-        if not db.is_file():
-            raise UserError(f"the folder {study!r} holds no study.db", key="study")
-        path = db
-    elif not path.is_file():
-        raise UserError(
-            f"{study!r} is neither a run directory, an SQLite file nor a database URL",
-            key="study",
-        )
-    _check_sqlite_study(path, study)
-    path = path.resolve()
-    # a run directory's study.db: outputs go in the run directory; another file: beside it
-    home = path.parent if path.name == "study.db" else path.parent / f"{path.stem}_analysis"
-    return f"sqlite:///{path}", home
-
-
-def _check_sqlite_study(path: Path, shown: str) -> None:
-    """Refuse a file that is not an Optuna SQLite database (without writing to it)."""
-    with path.open("rb") as f:
-        if f.read(16) != b"SQLite format 3\x00":
-            raise UserError(f"{shown!r} is not an SQLite database", key="study")
-    try:
-        con = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("select name from sqlite_master")}
-        finally:
-            con.close()
-    except sqlite3.Error as err:
-        raise UserError(f"cannot read {shown!r}: {err}", key="study") from None
-    if "studies" not in tables or "trials" not in tables:
-        raise UserError(f"{shown!r} is an SQLite file but not an Optuna study", key="study")
-
-
 def load(study: str, study_name: str | None = None) -> StudyData:
-    """Open a study (see the module docstring); one-line `UserError`s for every bad input."""
+    """Open a study (`study=`: run directory, SQLite file or URL); one-line `UserError`s for
+    every bad input."""
     import optuna
     import sqlalchemy
 
-    url, home = storage_url(study)
+    url, home = locate(study)
     try:
         storage = open_storage(url)
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        names = study_names(storage)
     except (sqlalchemy.exc.SQLAlchemyError, ModuleNotFoundError, ValueError) as err:
         first = str(getattr(err, "orig", err)).strip().splitlines()[0]
         raise UserError(f"cannot open the study storage: {first}", key="study") from None
@@ -128,18 +92,26 @@ def load(study: str, study_name: str | None = None) -> StudyData:
             key="study_name",
         )
     st = optuna.load_study(study_name=study_name, storage=storage)
-    meta = study_meta(st)
+    meta = StudyMeta.from_study(st)
     directions = [d.name.lower() for d in st.directions]
-    objectives = list(meta.get("objectives") or st.metric_names or [])
+    objectives = list((meta.objectives if meta else None) or st.metric_names or [])
     if len(objectives) != len(directions):
         objectives = [f"objective_{i}" for i in range(len(directions))]
     return StudyData(
         url=url,
         name=study_name,
-        meta=meta,
+        meta=_meta_dict(st),
         records=records(st),
         objectives=objectives,
         directions=directions,
         home=home,
         study=st,
     )
+
+
+def _meta_dict(study) -> dict[str, Any]:
+    """The stored meta as written (a dict; empty for a study archsearch did not write)."""
+    import json
+
+    raw = study.user_attrs.get("archsearch")
+    return json.loads(raw) if isinstance(raw, str) else (raw or {})

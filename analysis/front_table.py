@@ -1,0 +1,77 @@
+"""The front as text, shared by the report files, the dashboard page and the console table:
+the columns and their cells, the facts stated with the front, and the command that exports a
+trial."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from archsearch.analysis.front import reference_point
+from archsearch.analysis.pareto import Pareto
+from archsearch.metrics import parse_label
+from archsearch.study import redact
+from archsearch.units import human
+
+__all__ = ["export_command", "format_cell", "front_columns", "front_facts"]
+
+
+def front_columns(p: Pareto) -> list[tuple[str, str]]:
+    """(row key, column title) of the front table."""
+    kv = parse_label(p.kv_label)[1]
+    return [
+        ("trial", "trial"),
+        ("summary", "architecture"),
+        ("family", "family"),
+        ("attention_share", "attn share"),
+        *[(a.label, a.label) for a in p.axes],
+        ("params", "params"),
+        ("active_params", "active"),
+        (p.kv_label, f"KV/state @{kv.get('context', '?')} ({kv.get('bits', 16)}-bit)"),
+    ]
+
+
+def format_cell(label: str, v: Any) -> str:
+    """One cell of the column `label`: counts and bytes in human units, '-' when unknown."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    name = parse_label(label)[0]
+    if name in ("params", "active_params", "non_embedding_params"):
+        return human(v)
+    if "bytes" in name:
+        return human(v, "B")
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def export_command(p: Pareto, trial: int) -> str:
+    """The `archsearch export` command line of one trial of the study."""
+    where = str(p.study.home) if p.study.home is not None else redact(p.study.url)
+    return f"archsearch export study={where} study_name={p.study.name} trial={trial}"
+
+
+def front_facts(p: Pareto) -> list[tuple[str, str]]:
+    """(name, value) of what the front was computed from and what it came to."""
+    meta = p.study.meta
+    ref_how = (
+        "given with reference="
+        if not _auto_reference(p)
+        else "the worst value of each axis over the fully trained trials, moved out by 10% of "
+        "the axis's range"
+    )
+    return [
+        ("study", f"{p.study.name} ({redact(p.study.url)})"),
+        ("search space", f"{meta.get('space', '?')} ({meta.get('space_source', '?')})"),
+        ("device", f"{p.device} (the sweep's own: {meta.get('device', '?')})"),
+        ("trials", ", ".join(f"{k} {v}" for k, v in p.status_counts().items())),
+        ("axes", ", ".join(f"{a.label} ({a.direction})" for a in p.axes)),
+        ("constraints", "; ".join(meta.get("constraints", [])) or "none"),
+        ("front", f"{int(p.on_front.sum())} of {len(p.trained)} fully trained architectures"),
+        ("reference point", f"({', '.join(f'{x:.6g}' for x in p.reference)}): {ref_how}"),
+        ("hypervolume", f"{p.hypervolume:.6g} (in the axes' stored units: bytes, ms, nats...)"),
+    ]
+
+
+def _auto_reference(p: Pareto) -> bool:
+    return bool(np.allclose(p.reference, reference_point(p.values, p.axes)))

@@ -1,0 +1,127 @@
+"""Applying an assignment: parameter values set into the base architecture tree, then the
+derived values resolved by OmegaConf interpolation with the space language's arithmetic
+resolvers (`div`, `mul`, `round_to`, ...).
+
+The space loader uses this once per file (a dry run that turns a broken expression into a load
+error) and `candidates.build` once per candidate.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from archsearch.errors import UserError
+
+
+class DerivedError(ValueError):
+    """A derived value that cannot be computed for this candidate (e.g. inexact division)."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+def set_path(tree: dict, key: str, value: Any) -> None:
+    """tree["a"]["b"] = value for key "a.b", creating (or replacing null) sections on the way."""
+    node = tree
+    *parents, leaf = key.split(".")
+    for part in parents:
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+
+
+def apply_assignment(base: dict, assignment: dict[str, Any]) -> dict:
+    """A copy of the base architecture with the assigned values set and an empty `vars`
+    section for the free variables."""
+    tree = copy.deepcopy(base)
+    tree["vars"] = {}
+    for key, value in assignment.items():
+        set_path(tree, key, value)
+    return tree
+
+
+# ---- derived values ---------------------------------------------------------------------------
+
+
+def _div(a: Any, b: Any) -> int:
+    if b == 0:
+        raise DerivedError("derived_division_by_zero", f"{a} / 0")
+    if isinstance(a, int) and isinstance(b, int):
+        if a % b:
+            raise DerivedError("derived_not_whole", f"{a} is not divisible by {b}")
+        return a // b
+    return a / b
+
+
+def _round_to(x: Any, multiple: Any) -> int:
+    """Nearest multiple of `multiple` (at least one multiple)."""
+    return max(int(multiple), int(multiple) * round(x / multiple))
+
+
+_RESOLVERS = {
+    "div": _div,
+    "floordiv": lambda a, b: a // b,
+    "mul": lambda a, b: a * b,
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "min": lambda *xs: min(xs),
+    "max": lambda *xs: max(xs),
+    "int": lambda x: int(x),
+    "round_to": _round_to,
+}
+
+
+def _register_resolvers() -> None:
+    """Register the arithmetic resolvers with OmegaConf (idempotent)."""
+    from omegaconf import OmegaConf
+
+    for name, fn in _RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
+    """Fill the derived values of `tree` (an architecture dict plus `vars`) by OmegaConf
+    interpolation. Raises `DerivedError` for a candidate-specific failure and `UserError`
+    (naming `derived.KEY`) for a broken expression."""
+    if not derived:
+        return tree
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_resolvers()
+    for key, expr in derived.items():
+        set_path(tree, key, expr)
+    conf = OmegaConf.create(tree)
+    out = {}
+    for key in derived:
+        try:
+            out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            cause = _root_cause(err)
+            if isinstance(cause, DerivedError):
+                if strict:
+                    raise DerivedError(cause.reason, f"derived.{key}: {cause}") from None
+                continue
+            msg = " ".join(str(err).split("\n")[0].split())
+            raise UserError(
+                f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
+            ) from None
+        except DerivedError as err:
+            if strict:
+                raise DerivedError(err.reason, f"derived.{key}: {err}") from None
+    resolved = OmegaConf.to_container(conf, resolve=False)
+    for key, value in out.items():
+        set_path(resolved, key, value)
+    return resolved
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    seen = set()
+    while id(err) not in seen and (err.__cause__ or err.__context__) is not None:
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return err

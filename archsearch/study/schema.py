@@ -1,0 +1,182 @@
+"""The stored schema as code: what a study and each of its trials record.
+
+One sweep is one Optuna study (one direction per objective of the space). Every trial, trained
+or not, records enough to redraw any analysis without retraining.
+
+Study user attribute `archsearch` (JSON text, `StudyMeta`): the space, the run's device, the
+objective labels and directions, the constraints, the training settings and the device profiles
+priced.
+
+Trial user attributes (small ones first, so optuna-dashboard shows them):
+  status        a `Status`
+  reason        why it was not trained, stopped, or failed (empty when trained)
+  summary, family, arch_hash, attention_share, params, active_params
+  arch          the full ArchConfig (a dict)
+  costs         device-independent cost metrics {label: value}
+  device_costs  {device: {label: value}}: every device-dependent metric of the space's objectives
+                and constraints, and the default latencies, for every device profile
+  budget        what was actually trained {tokens, flops, fraction, ...}
+  curve         the loss curve (eval points, and a thinned train-loss curve)
+  train_metrics tokens/s, wall time, peak RSS, ... of the sandbox trial
+Trial constraints: new style (`Trial.set_constraint`, system attributes `constraints:<name>`)
+and old style (system attribute `constraints`, a list, which optuna-dashboard 0.21 displays);
+a value <= 0 is satisfied.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "JSON_ATTRS",
+    "META_KEY",
+    "SCHEMA_VERSION",
+    "Status",
+    "StudyMeta",
+    "TrialRecord",
+    "encode_attrs",
+]
+
+META_KEY = "archsearch"
+SCHEMA_VERSION = 1
+
+# nested user attributes, stored as JSON text so optuna-dashboard shows each in one cell
+JSON_ATTRS = (
+    "arch",
+    "costs",
+    "device_costs",
+    "budget",
+    "curve",
+    "train_metrics",
+    "measured_latency",
+    "intermediate",
+    "probes",
+    "metrics",
+)
+
+
+class Status(str, Enum):
+    """What happened to a trial (its Optuna state says less: PRUNED covers several)."""
+
+    TRAINED = "trained"  # COMPLETE: trained on the whole budget
+    STOPPED_EARLY = "stopped_early"  # PRUNED by the early-stopping rule
+    FAILED = "failed"  # FAIL: raised, out of memory, non-finite loss, worker died
+    INFEASIBLE = "infeasible"  # PRUNED before training: breaks a constraint
+    INVALID = "invalid"  # PRUNED before training: the candidate cannot be built
+    DUPLICATE = "duplicate"  # the same architecture as an earlier trial, not trained again
+    INTERRUPTED = "interrupted"  # FAIL: the driver stopped while it ran
+    RUNNING = "running"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def took_budget(self) -> bool:
+        """Whether the trial spent training compute (counts towards `trials=`)."""
+        return self in (Status.TRAINED, Status.STOPPED_EARLY, Status.FAILED)
+
+
+def encode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """User attributes as stored: nested values as JSON text, statuses as their names."""
+    out = {}
+    for key, value in attrs.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value, default=float)
+        elif isinstance(value, Status):
+            value = value.value
+        out[key] = value
+    return out
+
+
+def decode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    out = dict(attrs)
+    for key in JSON_ATTRS:
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
+
+
+@dataclass
+class StudyMeta:
+    """The study's own record of the sweep that wrote it (study user attribute `archsearch`)."""
+
+    objectives: list[str]  # objective labels on the run's device
+    directions: list[str]  # minimize | maximize, one per objective
+    space: str = ""
+    space_source: str | None = None
+    device: str = ""
+    constraints: list[str] = field(default_factory=list)  # `Constraint.describe()` texts
+    train: dict[str, Any] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)  # device profiles priced for every trial
+    version: int = SCHEMA_VERSION
+
+    @classmethod
+    def for_space(
+        cls, space, device: str, devices: list[str], train: dict[str, Any] | None = None
+    ) -> StudyMeta:
+        """The meta of a sweep of `space` (a parsed `SearchSpace`) on `device`."""
+        return cls(
+            space=space.name,
+            space_source=space.source,
+            device=device,
+            objectives=[o.spec.on_device(device, only_unset=True).label for o in space.objectives],
+            directions=[o.direction for o in space.objectives],
+            constraints=[c.describe() for c in space.constraints],
+            train=dict(train or {}),
+            devices=list(devices),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_study(cls, study) -> StudyMeta | None:
+        """The meta of an Optuna study; None for a study archsearch did not write."""
+        raw = study.user_attrs.get(META_KEY)
+        data = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(data, dict):
+            return None
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known.setdefault("objectives", [])
+        known.setdefault("directions", [d.name.lower() for d in study.directions])
+        return cls(**known)
+
+
+@dataclass
+class TrialRecord:
+    """One stored trial as the sweep and the analysis read it."""
+
+    number: int
+    state: str  # Optuna's state name
+    status: str  # a `Status` value ("" for a trial archsearch did not write)
+    reason: str
+    values: list[float] | None
+    attrs: dict[str, Any]
+    constraints: dict[str, float]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+    @property
+    def fully_trained(self) -> bool:
+        return self.state == "COMPLETE" and self.status == Status.TRAINED and self.feasible
+
+    @classmethod
+    def from_frozen(cls, t) -> TrialRecord:
+        attrs = decode_attrs(t.user_attrs)
+        running = t.state.name == "RUNNING"
+        return cls(
+            number=t.number,
+            state=t.state.name,
+            status=str(attrs.get("status", Status.RUNNING.value if running else "")),
+            reason=str(attrs.get("reason", "")),
+            values=list(t.values) if t.values is not None else None,
+            attrs=attrs,
+            constraints=dict(getattr(t, "constraints", None) or {}),
+            params=dict(t.params),
+        )

@@ -1,0 +1,93 @@
+"""Pricing a candidate before it trains: the cost-model numbers a trial stores, and its
+constraint check. One function for the sweep's searcher, its feasibility check and the test
+studies, so all three store and judge exactly the same numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from archsearch.arch import ArchConfig
+from archsearch.metrics import METRICS, MetricSpec
+from archsearch.space import SearchSpace
+
+__all__ = ["Priced", "price"]
+
+# device-dependent metrics every trial stores for every device, so analysis can redraw the front
+# for any device profile without re-running the cost model
+DEFAULT_LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")
+# device-independent metrics every trial stores
+ALWAYS = ("params", "non_embedding_params", "active_params")
+
+
+@dataclass
+class Priced:
+    """A candidate's cost numbers and constraint violations (Optuna's convention: <= 0 is
+    satisfied)."""
+
+    arch: ArchConfig
+    costs: dict[str, float]  # device-independent {label: value}
+    device_costs: dict[str, dict[str, float]]  # {device: {label: value}}
+    violations: dict[str, float]  # {constraint name: violation}
+    reasons: list[str]  # one text per broken constraint
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reasons
+
+    def value(self, spec: MetricSpec, device: str) -> float | None:
+        """A priced metric's value; an unset device is the run's `device`."""
+        spec = spec.on_device(device, only_unset=True)
+        if spec.label in self.costs:
+            return self.costs[spec.label]
+        return self.device_costs.get(dict(spec.args).get("device"), {}).get(spec.label)
+
+    def attrs(self) -> dict[str, Any]:
+        """The trial attributes that describe the candidate (see `archsearch.study.schema`)."""
+        arch = self.arch
+        return {
+            "summary": arch.summary(),
+            "family": arch.family,
+            "arch_hash": arch.arch_hash,
+            "attention_share": arch.attention_share,
+            "params": self.costs["params"],
+            "active_params": self.costs["active_params"],
+            "arch": arch.to_dict(),
+            "costs": self.costs,
+            "device_costs": self.device_costs,
+        }
+
+
+def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig) -> Priced:
+    """The space's cost metrics (device-dependent ones on every device profile in `devices`,
+    the run's `device` and any device the space names), the default latencies on each of them,
+    and the constraints judged on the run's `device` (or the device a constraint names)."""
+    from archsearch.cost import metric_value
+
+    specs = [o.spec for o in space.objectives] + [c.spec for c in space.constraints]
+    named = {dict(s.args)["device"] for s in specs if dict(s.args).get("device")}
+    devices = sorted({*devices, *named, device})
+    costs: dict[str, float] = {}
+    device_costs: dict[str, dict[str, float]] = {d: {} for d in devices}
+    for spec in specs:
+        if spec.phase != "cost":
+            continue
+        if "device" in dict(spec.args):
+            for dev in devices:
+                s = spec.on_device(dev)
+                device_costs[dev][s.label] = metric_value(arch, s)
+        else:
+            costs[spec.label] = metric_value(arch, spec)
+    for metric in ALWAYS:
+        costs.setdefault(metric, metric_value(arch, MetricSpec(metric)))
+    for dev in devices:
+        for metric in DEFAULT_LATENCIES:
+            s = MetricSpec(metric, tuple(METRICS[metric].args.items())).on_device(dev)
+            device_costs[dev].setdefault(s.label, metric_value(arch, s))
+    priced = Priced(arch, costs, device_costs, {}, [])
+    for c in space.constraints:
+        value = priced.value(c.spec, device)
+        priced.violations[c.name] = c.violation(value)
+        if priced.violations[c.name] > 0:
+            priced.reasons.append(f"{c.describe()} but is {value:.4g}")
+    return priced

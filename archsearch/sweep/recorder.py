@@ -1,0 +1,175 @@
+"""The sweep's recorder: a Ray Tune callback that tells the study how each trial ended.
+
+COMPLETE only when the trial sent its final result after the whole budget; PRUNED when the
+early-stopping rule stopped it; FAIL with the reason when it raised, ran out of memory,
+produced NaN, or its worker died. The objective values are the space's objectives in order:
+training metrics from the trial, cost metrics (e.g. predicted decode latency on the device)
+from the cost model, or measured latencies where the sweep measures them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from archsearch.study import Status
+from archsearch.sweep.searcher import tell_duplicate
+from archsearch.sweep.state import Launched, SweepState
+
+__all__ = ["create_recorder", "record_end", "record_intermediate"]
+
+BUDGET_KEYS = ("budget", "tokens", "flops", "steps", "fraction", "flops_per_token")
+
+
+def create_recorder(state: SweepState):
+    """The Tune `Callback` of a sweep."""
+    from ray.tune import Callback
+
+    class StudyRecorder(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            record_intermediate(state, trial.trial_id, result)
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            record_end(state, trial.trial_id, trial.last_result or {}, error=None)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            record_end(state, trial.trial_id, trial.last_result or {}, error=_error_text(trial))
+
+    return StudyRecorder()
+
+
+def _error_text(trial) -> str:
+    """The last line of the trial's exception (Tune keeps the whole traceback in a file)."""
+    try:
+        err = trial.get_error()
+    except Exception:
+        err = None
+    text = str(err) if err is not None else ""
+    if not text and getattr(trial, "error_file", None):
+        try:
+            text = Path(trial.error_file).read_text()
+        except OSError:
+            text = ""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln or "Killed" in ln or "died" in ln:
+            return ln[:500]
+    return (lines[-1] if lines else "the trial's worker failed")[:500]
+
+
+def record_intermediate(state: SweepState, tune_id: str, result: dict[str, Any]) -> None:
+    """Keep the early-stopping metric at each eval point (stored with the trial at its end:
+    Optuna has no intermediate values for multi-objective studies)."""
+    launched = state.by_tune_id.get(tune_id)
+    if launched is None or result.get("final"):
+        return
+    metric = state.es_metric
+    value = result.get(metric) if metric else None
+    if value is not None and math.isfinite(value):
+        launched.intermediate.append([float(result.get("fraction", 0.0)), float(value)])
+
+
+def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
+    launched = state.by_tune_id.pop(tune_id, None)
+    if launched is None:  # already told (Tune may report an error after completion)
+        return
+    trial = launched.optuna_trial
+    h = launched.arch.arch_hash
+    state.running_by_hash.pop(h, None)
+    state.launched -= 1
+    state.trained += 1
+    attrs: dict[str, Any] = {
+        "node": result.get("node", ""),
+        "orchestration_s": round(time.time() - launched.started, 3),
+    }
+    measured = None
+    if launched.measure_ref is not None:
+        import ray
+
+        try:
+            measured = ray.get(launched.measure_ref)
+            attrs["measured_latency"] = measured
+        except Exception as err:  # the measurement node failed
+            error = error or f"latency measurement failed: {err}"
+    values = None
+    if error is None and result.get("final"):
+        res = json.loads(result["result_json"])
+        attrs.update(_result_attrs(res))
+        if res["status"] != "completed":
+            status, reason = Status.FAILED, res.get("failure_reason") or "the trial failed"
+        else:
+            values, missing = _objective_values(state, res["metrics"], launched, measured)
+            status, reason = (Status.TRAINED, "") if values else (Status.FAILED, missing)
+    elif error is None:
+        status = Status.STOPPED_EARLY
+        reason = (
+            f"stopped by the early-stopping rule at {result.get('fraction', 0):.0%} of "
+            f"the budget ({state.es_metric}={result.get(state.es_metric, float('nan')):.4g})"
+        )
+        attrs["budget"] = {
+            "fraction": result.get("fraction", 0.0),
+            "tokens": result.get("tokens"),
+            "flops": result.get("flops"),
+        }
+    else:
+        status, reason = Status.FAILED, error
+    state.writer.finish(trial, status, reason, attrs, values)
+    state.done_by_hash[h] = trial.number
+    state.counts[status.value] += 1
+    for dup in state.pending_duplicates.pop(h, []):
+        tell_duplicate(state, dup, trial.number, {})
+        state.counts[Status.DUPLICATE.value] -= 1  # counted when it was first seen
+    state.notify()
+
+
+def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
+    evals = res.get("evals", [])
+    curve = res.get("curve", [])
+    stride = max(1, len(curve) // 200)
+    return {
+        "budget": {
+            k: res.get(k)
+            for k in ("budget", "tokens", "flops", "steps", "fraction", "flops_per_token")
+        },
+        "curve": {"evals": evals, "train": curve[::stride]},
+        "train_metrics": {
+            k: res.get(k)
+            for k in (
+                "tokens_per_s",
+                "wall_s",
+                "train_s",
+                "peak_rss_bytes",
+                "n_params",
+                "resumed_from_step",
+            )
+        },
+        "probes": res.get("probes", {}),
+        "metrics": res.get("metrics", {}),
+    }
+
+
+def _objective_values(
+    state: SweepState,
+    metrics: dict[str, float],
+    launched: Launched,
+    measured: dict[str, float] | None,
+) -> tuple[list[float] | None, str]:
+    values = []
+    for spec in state.objective_specs:
+        if spec.phase == "train":
+            v = metrics.get(spec.label)
+        elif measured is not None and spec.metric in measured:
+            v = measured[spec.metric]
+        else:
+            v = launched.costs.get(spec.label)
+            if v is None:
+                from archsearch.cost import metric_value
+
+                v = metric_value(launched.arch, spec)
+        if v is None or not math.isfinite(v):
+            return None, f"the trial produced no finite value for objective {spec.label}"
+        values.append(float(v))
+    return values, ""

@@ -1,0 +1,79 @@
+"""The sweep's settings as OmegaConf structured configs: `SweepConfig` and its sections.
+
+`archsearch sweep` composes them with Hydra (`archsearch.cli.schemas` adds the output format;
+the defaults and their documentation live in `conf/sweep.yaml`), and `run_sweep` reads them.
+Enumerated settings are `Choice` enums, so Hydra rejects an unknown sampler, early-stopping
+rule or latency mode before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+from archsearch.trainers.config import Choice
+
+
+class Sampler(Choice):
+    """Optuna's multi-objective samplers, seeded."""
+
+    tpe = "tpe"
+    nsga2 = "nsga2"
+    random = "random"
+
+
+class EarlyStopping(Choice):
+    """Ray Tune's rule for stopping trials early on the first training objective."""
+
+    asha = "asha"
+    median = "median"
+    none = "none"
+
+
+class LatencyMode(Choice):
+    """Latency objectives predicted by the cost model, or measured on the real model."""
+
+    predicted = "predicted"
+    measured = "measured"
+
+
+@dataclass
+class StorageSection:
+    url: str | None = None
+
+
+@dataclass
+class RaySection:
+    address: str | None = None
+    num_cpus: int | None = None
+    verbose: bool = False
+
+
+@dataclass
+class LatencySection:
+    mode: LatencyMode = LatencyMode.predicted
+    resource: str | None = None
+    repeats: int = 5
+
+
+@dataclass
+class SweepConfig:
+    search_space: str = MISSING
+    space_file: str | None = MISSING
+    device: str = MISSING
+    trials: int = MISSING
+    sampler: Sampler = MISSING
+    seed: int = MISSING
+    study_name: str | None = MISSING
+    run_dir: str | None = MISSING
+    concurrency: int = MISSING
+    cpus_per_trial: int = MISSING
+    early_stopping: EarlyStopping = MISSING
+    budget: str | None = MISSING
+    train: dict[str, Any] = field(default_factory=dict)  # checked by TrainConfig.from_dict
+    storage: StorageSection = field(default_factory=StorageSection)
+    ray: RaySection = field(default_factory=RaySection)
+    latency: LatencySection = field(default_factory=LatencySection)
+    trainable: str = MISSING

@@ -1,0 +1,74 @@
+"""Stand-in studies with known content, for the analysis tests.
+
+`make_study` writes a study into an SQLite file through the sweep's own writer
+(`archsearch.study.StudyWriter`) and pricing (`archsearch.sweep.pricing.price`), without Ray or
+training: candidates come from the `tiny` space, the loss from
+`archsearch.sweep.testing.synthetic_loss`. Statuses follow a fixed plan, so a test knows what
+to expect: candidates that break a constraint are `infeasible`; of the others, every 5th is
+`stopped_early`, every 7th `failed`, the rest `trained`; the first trained architecture is then
+suggested once more and recorded as a `duplicate` (with the first one's values, as the sweep
+does).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from archsearch.study import Status, StudyMeta, StudyWriter, open_storage
+from archsearch.sweep.pricing import price
+
+OBJECTIVES = ("val_loss", "decode_ms[rpi5,context=1024,precision=fp16]")
+
+
+def make_study(
+    path: Path, *, n: int = 14, seed: int = 0, name: str = "tiny", device: str = "rpi5"
+) -> dict[str, Any]:
+    """Write the study into the SQLite file `path`; returns what was written by status."""
+    import optuna
+
+    from archsearch.cost.devices import device_names
+    from archsearch.space import load_space, sample
+    from archsearch.sweep.testing import synthetic_loss
+
+    space = load_space("tiny")
+    devices = device_names()
+    url = f"sqlite:///{Path(path).resolve()}"
+    meta = StudyMeta.for_space(space, device, devices)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    writer, _ = StudyWriter.create_or_open(open_storage(url), name, meta)
+    written: dict[str, list[int]] = {}
+    first_trained = None
+    feasible_seen = 0
+    for cand in sample(space, n, seed).candidates:
+        priced = price(space, devices, device, cand.arch)
+        if not priced.feasible:
+            status = Status.INFEASIBLE
+        else:
+            feasible_seen += 1
+            status = (
+                Status.STOPPED_EARLY
+                if feasible_seen % 5 == 0
+                else Status.FAILED
+                if feasible_seen % 7 == 0
+                else Status.TRAINED
+            )
+        values = [synthetic_loss(cand.arch.to_dict()), priced.device_costs[device][OBJECTIVES[1]]]
+        number = _add(writer, priced, status, values, priced.violations)
+        written.setdefault(status.value, []).append(number)
+        if status == Status.TRAINED and first_trained is None:
+            first_trained = (priced, values)
+    if first_trained is not None:
+        priced, values = first_trained
+        n_dup = _add(writer, priced, Status.DUPLICATE, values, {})
+        written.setdefault(Status.DUPLICATE.value, []).append(n_dup)
+    return {"url": url, "name": name, "objectives": list(meta.objectives), "by_status": written}
+
+
+def _add(writer: StudyWriter, priced, status: Status, values, violations) -> int:
+    trial = writer.ask()
+    writer.set_constraints(trial, violations)
+    reason = "" if status == Status.TRAINED else f"synthetic {status.value}"
+    keep = status in (Status.TRAINED, Status.DUPLICATE)
+    writer.finish(trial, status, reason, priced.attrs(), values if keep else None)
+    return trial.number

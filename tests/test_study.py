@@ -1,0 +1,147 @@
+"""The stored study: the one writer's statuses map to Optuna states as the schema says, old-style
+and new-style constraints are both written, interrupted trials are failed and returned, a study
+of the previous layout still opens in `pareto` and the dashboard's front, and no module of the
+library reaches into Optuna's private API."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+
+from archsearch.cli import main
+from archsearch.study import (
+    Status,
+    StudyMeta,
+    StudyWriter,
+    load,
+    locate,
+    open_storage,
+    records,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "study_v1.db"
+# what `archsearch pareto` showed for the fixture when it was written (the previous layout)
+FIXTURE_FRONT = [6, 13, 8, 2, 0]
+FIXTURE_STATUSES = {"duplicate": 1, "failed": 1, "infeasible": 2, "stopped_early": 2, "trained": 9}
+
+
+def new_writer(tmp_path: Path, name: str = "s") -> StudyWriter:
+    meta = StudyMeta(objectives=["val_loss", "params"], directions=["minimize", "minimize"])
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    writer, existed = StudyWriter.create_or_open(
+        open_storage(f"sqlite:///{tmp_path / 'study.db'}"), name, meta
+    )
+    assert not existed
+    return writer
+
+
+@pytest.mark.parametrize(
+    "status, values, state",
+    [
+        (Status.TRAINED, [1.0, 2.0], "COMPLETE"),
+        (Status.DUPLICATE, [1.0, 2.0], "COMPLETE"),
+        (Status.DUPLICATE, None, "PRUNED"),
+        (Status.STOPPED_EARLY, None, "PRUNED"),
+        (Status.INFEASIBLE, None, "PRUNED"),
+        (Status.INVALID, None, "PRUNED"),
+        (Status.FAILED, None, "FAIL"),
+        (Status.INTERRUPTED, None, "FAIL"),
+    ],
+)
+def test_statuses_map_to_optuna_states(tmp_path, status, values, state):
+    writer = new_writer(tmp_path)
+    trial = writer.ask()
+    writer.finish(trial, status, "why", {"arch": {"d_model": 64}}, values)
+    (r,) = records(writer.study)
+    assert (r.state, r.status, r.reason) == (state, status.value, "why")
+    assert r.attrs["arch"] == {"d_model": 64}  # nested attributes round-trip through JSON text
+    assert r.fully_trained == (status == Status.TRAINED)
+
+
+def test_constraints_are_written_new_and_old_style(tmp_path):
+    writer = new_writer(tmp_path)
+    trial = writer.ask()
+    writer.set_constraints(trial, {"params": -3.0, "cache_bytes": 5.0})
+    writer.finish(trial, Status.INFEASIBLE, "cache_bytes too large")
+    frozen = writer.study.get_trials()[0]
+    assert {k: frozen.constraints[k] for k in ("params", "cache_bytes")} == {
+        "params": -3.0,
+        "cache_bytes": 5.0,
+    }
+    assert frozen.system_attrs["constraints"] == [-3.0, 5.0]  # what optuna-dashboard shows
+    assert not records(writer.study)[0].feasible
+
+
+def test_interrupted_trials_are_failed_and_returned_for_a_rerun(tmp_path):
+    writer = new_writer(tmp_path)
+    running = writer.ask()
+    running.suggest_int("n_layers", 2, 8)
+    done = writer.ask()
+    writer.finish(done, Status.TRAINED, "", {}, [1.0, 2.0])
+    again = writer.mark_interrupted()
+    assert again == [dict(running.params)]
+    by_number = {r.number: r for r in records(writer.study)}
+    assert by_number[0].state == "FAIL" and by_number[0].status == "interrupted"
+    assert by_number[1].state == "COMPLETE"
+    assert writer.mark_interrupted() == []
+
+
+def test_reopening_checks_it_is_the_same_sweep(tmp_path):
+    new_writer(tmp_path)
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    same = StudyMeta(objectives=["val_loss", "params"], directions=["minimize", "minimize"])
+    _, existed = StudyWriter.create_or_open(storage, "s", same)
+    assert existed
+    other = StudyMeta(objectives=["val_loss"], directions=["minimize"])
+    with pytest.raises(Exception, match="exists with objectives"):
+        StudyWriter.create_or_open(storage, "s", other)
+
+
+def test_a_study_of_the_previous_layout_opens_in_pareto(tmp_path, capsys):
+    study = tmp_path / "old" / "study.db"
+    study.parent.mkdir()
+    shutil.copy(FIXTURE, study)
+    assert main(["pareto", f"study={study.parent}", "format=json", "plots=false"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [row["trial"] for row in out["front"]] == FIXTURE_FRONT
+    assert out["statuses"] == FIXTURE_STATUSES
+    data = load(str(study.parent))
+    assert data.meta["version"] == 1 and data.objectives[0] == "val_loss"
+    assert locate(str(study))[0] == f"sqlite:///{study.resolve()}"
+    assert _same_trials(FIXTURE, study)  # nothing about the trials changed
+
+
+def test_a_study_of_the_previous_layout_opens_in_the_dashboards_front(tmp_path):
+    from archsearch.analysis.dashboard import front_payload
+
+    db = tmp_path / "study.db"
+    shutil.copy(FIXTURE, db)
+    payload = json.loads(front_payload(f"sqlite:///{db}", "tiny", tmp_path, {"device": "rpi5"}))
+    text = json.dumps(payload)
+    for number in FIXTURE_FRONT:
+        assert f'"trial": {number}' in text or f"trial {number}" in text
+
+
+def _same_trials(a: Path, b: Path) -> bool:
+    def dump(path):
+        st = optuna.load_study(study_name="tiny", storage=f"sqlite:///{path}")
+        return [(t.number, t.state, t.values, t.user_attrs) for t in st.get_trials()]
+
+    return dump(a) == dump(b)
+
+
+def test_no_private_optuna_api_in_the_library():
+    pattern = re.compile(r"\._storage\b|\._trial_id\b|optuna\._")
+    hits = []
+    for folder in ("archsearch", "trainers", "analysis"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not hits, hits
