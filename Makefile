@@ -18,16 +18,20 @@ lint: $(STAMP)
 
 setup: $(STAMP)
 
-# torch first, pinned to the CPU build: a local wheel when pip is configured with one
-# (--no-index), else PyTorch's CPU index; then the project with a torch range that 2.13 meets,
-# so nothing pulls a multi-GB CUDA build.
+# torch first, pinned to its CPU build, from the package index pip is configured with (set
+# TORCH_INDEX='--index-url https://download.pytorch.org/whl/cpu' where that index offers only
+# CUDA builds); then the project with a torch range that 2.13 meets, so nothing pulls a
+# multi-GB CUDA build. Quiet: pip's errors still show; the build's chatter does not.
+TORCH_INDEX ?=
 $(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-index torch==2.13.0 2>/dev/null \
-	  || $(PY) -m pip install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-	$(PY) -m pip install -q -e '.[dev,bench]'
-	touch $(STAMP)
+	@echo "setting up $(VENV) (PyTorch 2.13 CPU build and the project's dependencies: about 2 min)"
+	@python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_INDEX)
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,bench]' > $(VENV)/install.log 2>&1 \
+	  || { cat $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
+	@echo "$(VENV) ready: $(VENV)/bin/archsearch --help"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .hypothesis

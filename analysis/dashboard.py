@@ -9,7 +9,11 @@ axes, points coloured by mixer family or by attention share, the infeasible and 
 trials marked, and the front's table with the command that exports each trial. The page
 reads the study again on every draw, so it follows a sweep that is still running.
 
-Nothing is written to the study. The server listens on 127.0.0.1 unless `host=` says otherwise.
+Nothing is written to the study, and the server is local: it listens on 127.0.0.1 unless
+`host=` says otherwise, answers only GET and HEAD (optuna-dashboard's write API, which could
+delete a study or change its notes, is refused with 405), only requests whose Host header names
+this machine (an allow-list against DNS rebinding: 403 otherwise), and takes devices only by
+name: a registered profile or one the study was priced for, never a path.
 """
 
 from __future__ import annotations
@@ -25,9 +29,20 @@ from archsearch.analysis.front_table import export_command, format_cell, front_c
 from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.analysis.plots import front_figure
 from archsearch.errors import UserError
+from archsearch.metrics import parse_label
 from archsearch.study import load
 
-__all__ = ["PAGE", "front_payload", "make_app", "optuna_study_path", "page_html", "serve"]
+__all__ = [
+    "PAGE",
+    "allowed_devices",
+    "allowed_hosts",
+    "front_payload",
+    "make_app",
+    "optuna_study_path",
+    "page_html",
+    "read_only_and_local",
+    "serve",
+]
 
 PAGE = "/archsearch"
 
@@ -39,10 +54,17 @@ def front_payload(url: str, study_name: str, home: Path | None, query: dict[str,
     data = load(url, study_name)
     data.home = home
     device = query.get("device") or data.meta.get("device") or "rpi5"
+    known = allowed_devices(data.meta)
+    if device not in known:
+        raise UserError(f"unknown device {device!r} (known: {', '.join(known)})", key="device")
     load_device(device)
     axes, is_default = choose_axes(
         data, device, query.get("x") or None, query.get("y") or None, query.get("z") or None
     )
+    for a in axes:
+        named = dict(parse_label(a.label)[1]).get("device")
+        if named is not None and named not in known:
+            raise UserError(f"unknown device {named!r} on the axis {a.label}", key="device")
     p = analyse(data, device, axes, is_default=is_default)
     cols = front_columns(p)
     rows = [
@@ -143,12 +165,10 @@ def make_app(storage, url: str, study_name: str, home: Path | None = None):
     import bottle
     from optuna_dashboard import wsgi
 
-    from archsearch.cost.devices import device_names
-
     app = wsgi(storage)
     data = load(url, study_name)
     study_page = optuna_study_path(storage, study_name)
-    devices = sorted(set(device_names()) | set(data.meta.get("devices", [])))
+    devices = allowed_devices(data.meta)
     default_device = data.meta.get("device") or "rpi5"
 
     @app.get(PAGE)
@@ -185,8 +205,50 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def allowed_devices(meta: dict[str, Any]) -> list[str]:
+    """Device profiles a request may name: the registered ones and those the study stores."""
+    from archsearch.cost.devices import device_names
+
+    stored = [d for d in meta.get("devices", []) if isinstance(d, str) and "/" not in d]
+    return sorted(set(device_names()) | set(stored))
+
+
+LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def allowed_hosts(host: str) -> set[str]:
+    """Host header names that reach this server: loopback, and the address it listens on (with
+    this machine's names when it listens on every interface)."""
+    import socket
+
+    names = {*LOCAL_NAMES, host.lower()}
+    if host in ("0.0.0.0", "::", ""):
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return names
+
+
+def read_only_and_local(app, hosts: set[str]):
+    """The WSGI app behind two checks: the Host header names an allowed host (403 otherwise)
+    and the method is GET or HEAD (405 otherwise)."""
+
+    def guarded(environ: dict[str, Any], start_response):
+        host = environ.get("HTTP_HOST", "").lower()
+        name = host[1:].split("]")[0] if host.startswith("[") else host.rsplit(":", 1)[0]
+        if name not in hosts:
+            start_response("403 Forbidden", [("Content-Type", "text/plain")])
+            return [b"this dashboard answers only requests to this machine's own names\n"]
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD")])
+            return [b"the archsearch dashboard is read-only\n"]
+        return app(environ, start_response)
+
+    return guarded
+
+
 def serve(app, host: str, port: int):
-    """A threaded WSGI server (wsgiref) bound to host:port (0: a free port)."""
+    """A threaded WSGI server (wsgiref) bound to host:port (0: a free port), read-only and
+    answering only requests addressed to this machine (`read_only_and_local`)."""
+    app = read_only_and_local(app, allowed_hosts(host))
     try:
         return make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
     except OSError as err:

@@ -20,9 +20,12 @@ exact one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from archsearch.arch import ArchConfig
+
+RECIPE_SUFFIX = ".train.yaml"  # beside an exported preset: the trial's training recipe
 
 FLA_TYPES = {
     "gla": "gla",
@@ -74,6 +77,10 @@ def hf_config(arch: ArchConfig) -> HFConfig:
     if "M" in letters:
         out = HFConfig(None)
         out.lacks("layers", "the MCSD block has no Hugging Face model type")
+        return out
+    if "L" in letters and r.linear.family not in FLA_TYPES and r.linear.family != "mamba2":
+        out = HFConfig(None)
+        out.lacks("linear.family", f"the plugin mixer {r.linear.family} has no Hugging Face type")
         return out
     if letters == {"N"}:
         return _mla(r) if r.attention.kind == "mla" else _llama_like(r)
@@ -263,3 +270,22 @@ def _mamba2(r: ArchConfig) -> HFConfig:
     if r.moe is not None:
         out.lacks("moe", "no MoE in Mamba2")
     return out
+
+
+def recipe_path(preset: Path) -> Path:
+    """Where the training recipe of an exported preset lives (`NAME.yaml` -> `NAME.train.yaml`)."""
+    return preset.with_name(preset.name.removesuffix(".yaml") + RECIPE_SUFFIX)
+
+
+def write_recipe(preset: Path, train: dict[str, Any], header: list[str]) -> Path:
+    """The sweep's training settings, complete (every `TrainConfig` key), beside `preset`:
+    `archsearch train arch=<preset>` reads them, so it trains the trial as the sweep did."""
+    import yaml
+
+    from archsearch.trainers.config import TrainConfig
+
+    settings = TrainConfig.from_dict(train).to_dict()
+    path = recipe_path(preset)
+    body = yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
+    path.write_text("\n".join(header) + "\n" + body)
+    return path

@@ -18,9 +18,12 @@ from typing import Any
 import numpy as np
 
 from archsearch.analysis.hypervolume import hypervolume as exact_hypervolume
+from archsearch.analysis.hypervolume import prefix_hypervolumes
+from archsearch.analysis.nondominated import non_dominated_minimised
 from archsearch.errors import UserError
 from archsearch.metrics import METRICS, MetricSpec, check_argument, parse_label, typed_value
 from archsearch.study import TrialRecord
+from archsearch.units import scale_for, spans_decades
 
 
 @dataclass(frozen=True)
@@ -124,18 +127,12 @@ def _nan(v: float | None) -> float:
 
 
 def non_dominated(values: np.ndarray, axes: list[Axis]) -> np.ndarray:
-    """Mask of the rows no other row dominates (all finite; ties are kept)."""
-    n = len(values)
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    signed = values * np.array([a.sign for a in axes])
-    finite = np.isfinite(signed).all(axis=1)
-    mask = finite.copy()
-    for i in np.flatnonzero(finite):
-        others = signed[finite]
-        dominated = np.any(np.all(others <= signed[i], axis=1) & np.any(others < signed[i], axis=1))
-        mask[i] = not dominated
-    return mask
+    """Mask of the rows no other row dominates (all finite; ties are kept), in O(n log n) for
+    two and three axes (`archsearch.analysis.nondominated`)."""
+    signed = np.asarray(values, dtype=float).reshape(-1, len(axes)) * np.array(
+        [a.sign for a in axes]
+    )
+    return non_dominated_minimised(signed)
 
 
 def front(records: list[TrialRecord], axes: list[Axis], objectives: list[str]):
@@ -183,28 +180,17 @@ def hypervolume_history(
 ) -> list[tuple[int, float]]:
     """Hypervolume of the fully trained feasible trials after each trial number; for a long
     study after at most `max_points` trials evenly spread over it (the last one included).
-    Only the front so far counts: a trial it dominates changes nothing, a trial that joins it
-    removes the points it dominates, and the hypervolume is recomputed only when it changed."""
-    cands = candidates(records)
-    values = points(cands, axes, objectives)
-    order = sorted(range(len(cands)), key=lambda i: cands[i].number)
-    n = len(order)
-    at = set(np.linspace(0, n - 1, min(n, max_points)).round().astype(int).tolist()) if n else set()
+    The front so far is updated as trials arrive, not recomputed for each
+    (`archsearch.analysis.hypervolume.prefix_hypervolumes`)."""
+    cands = candidates(records)  # in trial-number order
+    n = len(cands)
+    if n == 0:
+        return []
     signs = np.array([a.sign for a in axes])
-    front = np.zeros((0, len(axes)))  # the front so far, signed for minimisation
-    out, hv, stale = [], 0.0, False
-    for k, i in enumerate(order):
-        v = values[i] * signs
-        if np.isfinite(v).all() and not (front <= v).all(axis=1).any():
-            dominated = (v <= front).all(axis=1) & (v < front).any(axis=1)
-            front = np.vstack([front[~dominated], v])
-            stale = True
-        if k in at:
-            if stale:
-                hv = exact_hypervolume(front, reference * signs)
-                stale = False
-            out.append((cands[i].number, hv))
-    return out
+    values = points(cands, axes, objectives) * signs
+    at = sorted(set(np.linspace(0, n - 1, min(n, max_points)).round().astype(int).tolist()))
+    hvs = prefix_hypervolumes(values, reference * signs, at)
+    return [(cands[k].number, hv) for k, hv in zip(at, hvs)]
 
 
 # ---- axes from the command line -----------------------------------------------------------------
@@ -286,21 +272,37 @@ _UNITS = {
     "count": (1e6, "M"),
     "flops": (1e9, "GFLOP"),
     "ms": (1.0, "ms"),
+    "nats": (1.0, "nats/token"),
 }
+RATIO_UNITS = ("bytes", "count", "flops", "ms")  # sizes and times: log axes over decades
 
 
-def display_scale(label: str) -> tuple[float, str]:
-    """(divisor, unit) for showing an axis: bytes in MiB, parameter counts in millions."""
+def _unit_of(label: str) -> str:
     name, _ = parse_label(label)
-    unit = METRICS[name].unit if name in METRICS else ""
+    return METRICS[name].unit if name in METRICS else ""
+
+
+def display_scale(label: str, values: Any = None) -> tuple[float, str]:
+    """(divisor, unit) for showing an axis: without `values` bytes in MiB, FLOPs in GFLOP,
+    parameter counts in millions; with them the prefix their largest magnitude reaches
+    (`archsearch.units.scale_for`: KiB for a 512 KiB cache, GiB for 3 GB of weights)."""
+    unit = _unit_of(label)
+    if values is not None and unit in ("bytes", "count", "flops"):
+        return scale_for(unit, values)
     return _UNITS.get(unit, (1.0, ""))
 
 
-def axis_title(label: str) -> str:
+def log_axis(label: str, values: Any) -> bool:
+    """Whether an axis is drawn on a log scale: a size or time whose values span more than
+    `archsearch.units.DECADES` powers of ten (never a loss, perplexity or accuracy)."""
+    return _unit_of(label) in RATIO_UNITS and spans_decades(values)
+
+
+def axis_title(label: str, values: Any = None) -> str:
     """`decode_ms[rpi5,context=1024,precision=fp16]` -> 'decode_ms on rpi5 (ms; context=1024,
-    precision=fp16)'."""
+    precision=fp16)'; the unit as `display_scale(label, values)` shows it."""
     name, args = parse_label(label)
-    _, unit = display_scale(label)
+    _, unit = display_scale(label, values)
     where = f" on {args.pop('device')}" if "device" in args else ""
     if "task" in args:
         where += f" ({args.pop('task')})"

@@ -7,9 +7,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
-from archsearch.analysis.front import reference_point
 from archsearch.analysis.pareto import Pareto
 from archsearch.metrics import parse_label
 from archsearch.study import redact
@@ -54,12 +51,15 @@ def export_command(p: Pareto, trial: int) -> str:
 def front_facts(p: Pareto) -> list[tuple[str, str]]:
     """(name, value) of what the front was computed from and what it came to."""
     meta = p.study.meta
-    ref_how = (
-        "given with reference="
-        if not _auto_reference(p)
-        else "the worst value of each axis over the fully trained trials, moved out by 10% of "
-        "the axis's range"
-    )
+    ref_how = {
+        "reference=": "given with reference=",
+        "study": "fixed when the study was created ("
+        + (meta.get("reference_source") or "stored")
+        + "): later trials and reruns never move it",
+        "data": "this study stores none for these axes (written before schema 2, or other "
+        "axes): the worst value of each axis over the fully trained trials, moved out by 10% "
+        "of the axis's range, so it moves as trials are added",
+    }[p.reference_source]
     return [
         ("study", f"{p.study.name} ({redact(p.study.url)})"),
         ("search space", f"{meta.get('space', '?')} ({meta.get('space_source', '?')})"),
@@ -70,8 +70,28 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
         ("front", f"{int(p.on_front.sum())} of {len(p.trained)} fully trained architectures"),
         ("reference point", f"({', '.join(f'{x:.6g}' for x in p.reference)}): {ref_how}"),
         ("hypervolume", f"{p.hypervolume:.6g} (in the axes' stored units: bytes, ms, nats...)"),
+        ("training recipe", training_recipe(meta.get("train") or {})),
+        (
+            "cost conventions",
+            "params count every weight (embeddings once when tied); FLOPs count a multiply-add "
+            "as 2; cache_bytes is the KV cache or recurrent state at the stated context and bits; "
+            "latencies are the cost model's predictions for the device (ms) unless measured",
+        ),
     ]
 
 
-def _auto_reference(p: Pareto) -> bool:
-    return bool(np.allclose(p.reference, reference_point(p.values, p.axes)))
+def training_recipe(train: dict) -> str:
+    """The sweep's sandbox-training settings in one line (budget, corpus, tokenizer, sequence
+    length, batch, lr, schedule, seed); losses are in nats/token."""
+    if not train:
+        return "not stored in this study"
+    from archsearch.trainers.config import TrainConfig
+
+    c = TrainConfig.from_dict(train).to_dict()
+    corpus = ", ".join(c.get("data") or []) or "the embedded standard-library corpus"
+    return (
+        f"budget {c['budget']} per trial; corpus {corpus}; tokenizer {c['tokenizer']}; "
+        f"sequence length {c['seq_len']}; batch {c['batch_size']}; lr {c['lr']:g} "
+        f"({c['schedule']} schedule, warmup {c['warmup']:g}); seed {c['seed']}; "
+        "val_loss in nats/token"
+    )

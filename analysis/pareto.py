@@ -38,6 +38,7 @@ class Pareto:
     others: list[TrialRecord]  # the other trials that are not repeats of an architecture
     other_values: np.ndarray  # [len(others), len(axes)], nan where unknown (e.g. no loss)
     reference: np.ndarray
+    reference_source: str  # "reference=", "study" (fixed when it was created) or "data"
     hypervolume: float
     history: list[tuple[int, float]]
     kv_label: str
@@ -94,6 +95,7 @@ class Pareto:
             "fully_trained": len(self.trained),
             "front": self.front_rows(),
             "reference_point": [float(x) for x in self.reference],
+            "reference_source": self.reference_source,
             "hypervolume": self.hypervolume,
             "hypervolume_history": [[n, hv] for n, hv in self.history],
             "kv_label": self.kv_label,
@@ -175,9 +177,13 @@ def analyse(
             raise UserError(
                 f"give one value per axis ({len(axes)}), got {len(reference)}", key="reference"
             )
-        ref = np.array(reference, dtype=float)
+        ref, source = np.array(reference, dtype=float), "reference="
     else:
-        ref = reference_point(values, axes)
+        stored = dict(zip(data.objectives, data.meta.get("reference") or []))
+        if all(a.label in stored for a in axes):
+            ref, source = np.array([stored[a.label] for a in axes], dtype=float), "study"
+        else:  # a study written before schema 2, or other axes: the worst trained value + 10%
+            ref, source = reference_point(values, axes), "data"
     seen = {r.attrs.get("arch_hash") for r in trained}
     others = [
         r
@@ -194,6 +200,7 @@ def analyse(
         others=others,
         other_values=points(others, axes, data.objectives),
         reference=ref,
+        reference_source=source,
         hypervolume=hypervolume(values, axes, ref),
         history=hypervolume_history(data.records, axes, data.objectives, ref),
         kv_label=kv_label(data, axes),

@@ -10,12 +10,14 @@ second view, the share of softmax-attention layers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from archsearch.analysis.front import axis_title, display_scale
+from archsearch.analysis.front import Axis, axis_title, display_scale, log_axis, points
 from archsearch.analysis.pareto import Pareto
+from archsearch.metrics import parse_label
 from archsearch.study import TrialRecord
 
 PALETTE = (
@@ -42,6 +44,9 @@ OTHER_MARKERS = {  # group -> (matplotlib marker, plotly symbol, legend text)
     "failed": ("v", "triangle-down-open", "failed / interrupted"),
 }
 STRIP = 0.12  # the "not trained" band sits this fraction of the range beyond the worst value
+BAND_COLOUR = "#dddddd"
+DOMINATED_STYLE = {"s": 34, "alpha": 0.6, "linewidths": 0}  # fully trained, not on the front
+FRONT_STYLE = {"s": 90, "edgecolors": "black", "linewidths": 1.3, "zorder": 3}
 
 
 def family_colours(families: list[str]) -> dict[str, str]:
@@ -58,11 +63,47 @@ def _share(r: TrialRecord) -> float:
     return float(v) if v is not None else float("nan")
 
 
-def placed(p: Pareto) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def plotted(p: Pareto) -> Pareto:
+    """What is drawn: a one-objective study against its trials' parameter counts (the front
+    stays the best trial, and ties)."""
+    if len(p.axes) != 1:
+        return p
+    x = Axis("params")
+    objectives = p.study.objectives
+    return replace(
+        p,
+        axes=[x, *p.axes],
+        values=np.hstack([points(p.trained, [x], objectives), p.values]),
+        other_values=np.hstack([points(p.others, [x], objectives), p.other_values]),
+    )
+
+
+@dataclass(frozen=True)
+class AxisView:
+    """How one axis is drawn: values divided by `scale`, `title` with the unit, `log` scale."""
+
+    scale: float
+    title: str
+    log: bool
+
+
+def axis_views(p: Pareto) -> list[AxisView]:
+    """Per axis, from the values of every trial that has one: the unit the largest value reaches
+    (KiB, MiB, GiB; GFLOP; K, M params) and a log scale for sizes and times spanning decades."""
+    views = []
+    for k, a in enumerate(p.axes):
+        col = np.concatenate([p.values[:, k], p.other_values[:, k]])
+        col = col[np.isfinite(col)]
+        scale, _ = display_scale(a.label, col)
+        views.append(AxisView(scale, axis_title(a.label, col), log_axis(a.label, col)))
+    return views
+
+
+def placed(p: Pareto, views: list[AxisView]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Display coordinates: (trained [n, d], others [m, d], which axes of others sit in the
     'not trained' band [m, d] bool); values scaled to display units; 2-D only places others
-    with one unknown axis (in the band)."""
-    scale = np.array([display_scale(a.label)[0] for a in p.axes])
+    with one unknown axis (in the band, beyond the worst value: on a log axis in log space)."""
+    scale = np.array([v.scale for v in views])
     tv = p.values / scale
     ov = p.other_values / scale if len(p.others) else np.zeros((0, len(p.axes)))
     band = ~np.isfinite(ov)
@@ -72,10 +113,12 @@ def placed(p: Pareto) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             col = col[np.isfinite(col)]
             if len(col) == 0:
                 continue
+            if views[k].log:
+                col = np.log10(col)
             lo, hi = col.min(), col.max()
             span = hi - lo if hi > lo else max(abs(hi), 1e-12)
             at = hi + STRIP * span if axis.direction == "minimize" else lo - STRIP * span
-            ov[band[:, k], k] = at
+            ov[band[:, k], k] = 10**at if views[k].log else at
     keep = np.isfinite(ov).all(axis=1) & (band.sum(axis=1) <= 1)
     band[~keep] = False
     return tv, np.where(keep[:, None], ov, np.nan), band
@@ -99,18 +142,33 @@ def staircase(p: Pareto, pts: np.ndarray) -> tuple[np.ndarray, str]:
 
 
 def front_png(p: Pareto, path: Path) -> Path:
-    """Two panels for two axes (colour by family | by attention share); for three axes the
-    three pairwise projections coloured by family (front = non-dominated in all three)."""
-    import matplotlib
+    """The front as a PNG (`front_mpl`)."""
+    fig = front_mpl(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    tv, ov, band = placed(p)
+def front_mpl(p: Pareto):
+    """The matplotlib Figure of `front_png`: two panels for two axes (colour by family | by
+    attention share); for three axes the three pairwise projections coloured by family (front =
+    non-dominated in all three). One legend below the panels names the marker kinds and the
+    families that are drawn."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    p = plotted(p)
+    views = axis_views(p)
+    tv, ov, band = placed(p, views)
     colours = family_colours([_family(r) for r in p.trained + p.others])
     d = len(p.axes)
     pairs = [(0, 1), (0, 1)] if d == 2 else [(0, 1), (0, 2), (1, 2)]
-    fig, axs = plt.subplots(1, len(pairs), figsize=(6.6 * len(pairs), 5.2), squeeze=False)
+    fig = Figure(figsize=(6.6 * len(pairs), 5.6))
+    axs = fig.subplots(1, len(pairs), squeeze=False)
+    drawn = {_family(r) for r in p.trained}
+    groups_drawn: set[str] = set()
+    banded = False
     for n, (i, j) in enumerate(pairs):
         ax = axs[0][n]
         by_share = d == 2 and n == 1
@@ -120,84 +178,145 @@ def front_png(p: Pareto, path: Path) -> Path:
         else:
             colour = np.array([colours[_family(r)] for r in p.trained], dtype=object)
             kw = {}
-        for on, style in (
-            (False, {"s": 34, "alpha": 0.6, "linewidths": 0}),
-            (True, {"s": 90, "edgecolors": "black", "linewidths": 1.3, "zorder": 3}),
-        ):
+        for on, style in ((False, DOMINATED_STYLE), (True, FRONT_STYLE)):
             rows = p.on_front == on
             sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
         if d == 2:
             stairs, where = staircase(p, tv[p.on_front][:, [i, j]])
-            ax.step(
-                stairs[:, 0],
-                stairs[:, 1],
-                where=where,
-                color="black",
-                lw=1,
-                ls="--",
-                zorder=2,
-                label="Pareto front",
-            )
-        drawn = {_family(r) for r in p.trained}
-        for group, (marker, _, text) in OTHER_MARKERS.items():
+            ax.step(stairs[:, 0], stairs[:, 1], where=where, color="black", lw=1, ls="--", zorder=2)
+        for group, (marker, _, _) in OTHER_MARKERS.items():
             rows = [k for k, r in enumerate(p.others) if p.group_of_other(r) == group]
             rows = [k for k in rows if np.isfinite(ov[k, [i, j]]).all()]
             if not rows:
                 continue
+            groups_drawn.add(group)
             drawn |= {_family(p.others[k]) for k in rows}
             col = ["#555555" if by_share else colours[_family(p.others[k])] for k in rows]
             style = {"facecolors": "none", "edgecolors": col} if marker != "x" else {"c": col}
             ax.scatter(
-                ov[rows, i],
-                ov[rows, j],
-                marker=marker,
-                s=40,
-                alpha=0.8,
-                linewidths=1.2,
-                label=text,
-                **style,
+                ov[rows, i], ov[rows, j], marker=marker, s=40, alpha=0.8, linewidths=1.2, **style
             )
+        for k, which in ((i, "x"), (j, "y")):
+            if views[k].log:
+                log_scale(ax, which)
         if d == 2:
             for k, horizontal in ((j, True), (i, False)):
                 at = band_at(ov, band, k)
-                if at is None:
-                    continue
-                if horizontal:
-                    ax.axhline(at, color="#dddddd", lw=14, zorder=0)
-                    ax.text(
-                        0.01,
-                        at,
-                        " not trained",
-                        transform=ax.get_yaxis_transform(),
-                        va="center",
-                        fontsize=8,
-                        color="#555555",
-                    )
-                else:
-                    ax.axvline(at, color="#dddddd", lw=14, zorder=0)
-        ax.set_xlabel(axis_title(p.axes[i].label), fontsize=9)
-        ax.set_ylabel(axis_title(p.axes[j].label), fontsize=9)
+                if at is not None:
+                    _draw_band(ax, at, horizontal, ov[band[:, k]][:, i if horizontal else j])
+                    banded = True
+        ax.set_xlabel(views[i].title, fontsize=9)
+        ax.set_ylabel(views[j].title, fontsize=9)
         ax.grid(alpha=0.3)
         if by_share:
             fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
-            ax.set_title("coloured by hybrid share", fontsize=10)
+            ax.set_title("coloured by hybrid share (other trials grey)", fontsize=10)
         else:
-            from matplotlib.lines import Line2D
-
-            handles, _ = ax.get_legend_handles_labels()
-            handles += [
-                Line2D([], [], marker="o", ls="", color=c, label=f)
-                for f, c in colours.items()
-                if f in drawn
-            ]
-            ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.8)
             ax.set_title("coloured by mixer family", fontsize=10)
+    grey = "#9a9a9a"
+    front_text = "on the Pareto front (outlined" + (", dashed staircase)" if d == 2 else ")")
+    handles = [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ms=9,
+            mfc=grey,
+            mec="black",
+            mew=1.3,
+            color="black",
+            ls="--" if d == 2 else "",
+            label=front_text,
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ms=5,
+            mfc=grey,
+            mec=grey,
+            alpha=0.6,
+            ls="",
+            label="fully trained, dominated",
+        ),
+    ]
+    for group, (marker, _, text) in OTHER_MARKERS.items():
+        if group in groups_drawn:
+            face = {"mfc": "none"} if marker != "x" else {}
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    marker=marker,
+                    ms=7,
+                    mec="#555555",
+                    color="#555555",
+                    mew=1.2,
+                    ls="",
+                    label=text,
+                    **face,
+                )
+            )
+    if banded:
+        handles.append(Patch(color=BAND_COLOUR, label="not trained (no loss): the grey band"))
+    handles += [
+        Line2D([], [], marker="o", ls="", ms=7, color=c, label=f"family {f}")
+        for f, c in colours.items()
+        if f in drawn
+    ]
+    ncol = min(5, len(handles))
+    rows = -(-len(handles) // ncol)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title(p), fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    fig.tight_layout(rect=(0, (0.1 + 0.19 * rows) / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def log_scale(ax, which: str, base: int = 10) -> None:
+    """A log scale on axis `which` ('x' or 'y') of `ax`, its ticks written as plain numbers
+    ('1', '10', '100', not '10^0') with faint grid lines at the minor ticks."""
+    from matplotlib.ticker import FuncFormatter
+
+    getattr(ax, f"set_{which}scale")("log", base=base)
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.grid(which="minor", axis=which, alpha=0.08)
+
+
+def _draw_band(ax, at: float, horizontal: bool, along: np.ndarray) -> None:
+    """The grey 'not trained' band at `at` (horizontal: a y value) with its label written on
+    it in the widest gap between its markers (positions `along` the band)."""
+    (ax.axhline if horizontal else ax.axvline)(at, color=BAND_COLOUR, lw=16, zorder=0)
+    ax.autoscale_view()
+    to_axes = ax.transData + ax.transAxes.inverted()
+    xy = np.column_stack(
+        [along, np.full(len(along), at)] if horizontal else [np.full(len(along), at), along]
+    )
+    k = 0 if horizontal else 1
+    inside = np.clip(to_axes.transform(xy)[:, k], 0, 1) if len(along) else np.zeros(0)
+    edges = np.concatenate([[0.0], np.sort(inside), [1.0]])
+    gap = int(np.argmax(np.diff(edges)))
+    if gap == 0:
+        where, anchor = 0.01, "start"
+    elif gap == len(edges) - 2:
+        where, anchor = 0.99, "end"
+    else:
+        where, anchor = (edges[gap] + edges[gap + 1]) / 2, "center"
+    text = {
+        "s": "not trained",
+        "fontsize": 9,
+        "color": "#222222",
+        "zorder": 0.5,
+        "bbox": {"boxstyle": "round,pad=0.15", "fc": BAND_COLOUR, "ec": "none"},
+    }
+    if horizontal:
+        ha = {"start": "left", "end": "right", "center": "center"}[anchor]
+        ax.text(where, at, transform=ax.get_yaxis_transform(), va="center", ha=ha, **text)
+    else:
+        va = {"start": "bottom", "end": "top", "center": "center"}[anchor]
+        ax.text(
+            at, where, transform=ax.get_xaxis_transform(), ha="center", va=va, rotation=90, **text
+        )
 
 
 def title(p: Pareto) -> str:
@@ -209,29 +328,36 @@ def title(p: Pareto) -> str:
 
 
 def hypervolume_png(p: Pareto, path: Path) -> Path:
-    import matplotlib
+    """The hypervolume history as a PNG (`hypervolume_mpl`)."""
+    fig = hypervolume_mpl(p)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+def hypervolume_mpl(p: Pareto):
+    """The hypervolume after each fully trained trial, against the reference point; the
+    hypervolume is in the product of the axes' stored units (e.g. ms x nats/token)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.8, 4.2))
+    ax = fig.subplots()
     if p.history:
         n, hv = zip(*p.history)
         ax.step(n, hv, where="post", marker="o", ms=3)
-    ax.set_xlabel("trial number (fully trained trials only)")
-    ax.set_ylabel("hypervolume")
-    ref = ", ".join(f"{x:.4g}" for x in p.reference)
+    units = [display_scale(a.label, [])[1] for a in p.axes]
+    product = " × ".join(u or parse_label(a.label)[0] for a, u in zip(p.axes, units))
+    ax.set_xlabel("trial number (a point per fully trained trial)")
+    ax.set_ylabel(f"hypervolume ({product})")
+    ref = ", ".join(f"{x:.4g} {u}".strip() for x, u in zip(p.reference, units))
     ax.set_title(
-        f"hypervolume on {p.device} vs reference point ({ref})\n"
-        f"axes: {', '.join(a.label for a in p.axes)}",
+        f"hypervolume on {p.device} up to the reference point ({ref})\n"
+        f"axes: {'; '.join(axis_title(a.label, []) for a in p.axes)}",
         fontsize=8,
     )
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 # ---- plotly -------------------------------------------------------------------------------------
@@ -243,7 +369,9 @@ def front_figure(p: Pareto):
     by attention share (buttons switch views)."""
     import plotly.graph_objects as go
 
-    tv, ov, band = placed(p)
+    p = plotted(p)
+    views = axis_views(p)
+    tv, ov, band = placed(p, views)
     colours = family_colours([_family(r) for r in p.trained + p.others])
     traces = [
         *_family_traces(p, tv, colours),
@@ -253,7 +381,7 @@ def front_figure(p: Pareto):
     ]
     scatter = go.Scatter if len(p.axes) == 2 else go.Scatter3d
     fig = go.Figure([scatter(**t) for t in traces])
-    fig.update_layout(**_layout(p, ov, band, [t["meta"]["kind"] for t in traces]))
+    fig.update_layout(**_layout(p, views, ov, band, [t["meta"]["kind"] for t in traces]))
     return fig
 
 
@@ -384,10 +512,13 @@ def _size(p: Pareto, flat: int, deep: int) -> int:
     return flat if len(p.axes) == 2 else deep
 
 
-def _layout(p: Pareto, ov: np.ndarray, band: np.ndarray, kinds: list[str]) -> dict:
-    """Title, legend, axis titles, the view buttons and the 'not trained' bands; `kinds` are
-    the traces' meta kinds, in order."""
-    shapes, notes = _not_trained_bands(p, ov, band)
+def _layout(
+    p: Pareto, views: list[AxisView], ov: np.ndarray, band: np.ndarray, kinds: list[str]
+) -> dict:
+    """Title, legend, axis titles (with units; log axes where sizes and times span decades),
+    the view buttons and the 'not trained' bands; `kinds` are the traces' meta kinds, in
+    order."""
+    shapes, notes = _not_trained_bands(p, views, ov, band)
     buttons = [  # the family and the share view; the front and the other trials are in both
         {
             "label": label,
@@ -404,7 +535,14 @@ def _layout(p: Pareto, ov: np.ndarray, band: np.ndarray, kinds: list[str]) -> di
         "template": "plotly_white",
         "height": 700,
         # the legend below the plot, so the attention-share colour bar has the right side
-        "legend": {"font": {"size": 10}, "orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
+        "legend": {
+            "title": {"text": "ringed in black = on the Pareto front:"},
+            "font": {"size": 10},
+            "orientation": "h",
+            "x": 0,
+            "y": -0.18,
+            "yanchor": "top",
+        },
         "margin": {"b": 150},
         "updatemenus": [
             {
@@ -420,7 +558,7 @@ def _layout(p: Pareto, ov: np.ndarray, band: np.ndarray, kinds: list[str]) -> di
         "shapes": shapes,
         "annotations": notes,
     }
-    titles = [{"title": {"text": axis_title(a.label)}} for a in p.axes]
+    titles = [{"title": {"text": v.title}, "type": "log" if v.log else "linear"} for v in views]
     if len(p.axes) == 2:
         layout["xaxis"], layout["yaxis"] = titles
     else:
@@ -428,56 +566,50 @@ def _layout(p: Pareto, ov: np.ndarray, band: np.ndarray, kinds: list[str]) -> di
     return layout
 
 
-def _not_trained_bands(p: Pareto, ov: np.ndarray, band: np.ndarray) -> tuple[list, list]:
-    """2-D only: grey bands where trials lacking a value sit (shapes), the horizontal one at
-    the loss the untrained trials lack labelled 'not trained' (annotations)."""
+def _not_trained_bands(
+    p: Pareto, views: list[AxisView], ov: np.ndarray, band: np.ndarray
+) -> tuple[list, list]:
+    """2-D only: grey bands where trials lacking a value sit (shapes, in data units), each
+    labelled 'not trained' (annotations: plotly places them on a log axis by the log10 of the
+    value)."""
     shapes: list[dict] = []
     notes: list[dict] = []
     if len(p.axes) != 2:
         return shapes, notes
-    style = {"type": "rect", "fillcolor": "#eeeeee", "line": {"width": 0}, "layer": "below"}
+    style = {"type": "rect", "fillcolor": BAND_COLOUR, "line": {"width": 0}, "layer": "below"}
     for k in (1, 0):
         at = band_at(ov, band, k)
         if at is None:
             continue
-        scale = display_scale(p.axes[k].label)[0]
-        col = np.concatenate([p.values[:, k], p.other_values[:, k]]) / scale
+        col = np.concatenate([p.values[:, k], p.other_values[:, k]]) / views[k].scale
         col = col[np.isfinite(col)]
-        half = 0.4 * STRIP * max(col.max() - col.min(), 1e-12)
+        if views[k].log:
+            half = 0.4 * STRIP * max(np.log10(col.max() / col.min()), 1e-12)
+            lo, hi, on_axis = at / 10**half, at * 10**half, np.log10(at)
+        else:
+            half = 0.4 * STRIP * max(col.max() - col.min(), 1e-12)
+            lo, hi, on_axis = at - half, at + half, at
+        note = {"text": "not trained", "showarrow": False, "font": {"size": 12, "color": "#222222"}}
         if k == 1:
             shapes.append(
-                {
-                    **style,
-                    "xref": "paper",
-                    "yref": "y",
-                    "x0": 0,
-                    "x1": 1,
-                    "y0": at - half,
-                    "y1": at + half,
-                }
+                {**style, "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": lo, "y1": hi}
             )
             notes.append(
-                {
-                    "xref": "paper",
-                    "yref": "y",
-                    "x": 0.005,
-                    "y": at,
-                    "text": "not trained",
-                    "showarrow": False,
-                    "xanchor": "left",
-                    "font": {"size": 10, "color": "#666666"},
-                }
+                {**note, "xref": "paper", "yref": "y", "x": 0.005, "y": on_axis, "xanchor": "left"}
             )
         else:
             shapes.append(
+                {**style, "xref": "x", "yref": "paper", "x0": lo, "x1": hi, "y0": 0, "y1": 1}
+            )
+            notes.append(
                 {
-                    **style,
+                    **note,
                     "xref": "x",
                     "yref": "paper",
-                    "x0": at - half,
-                    "x1": at + half,
-                    "y0": 0,
-                    "y1": 1,
+                    "x": on_axis,
+                    "y": 0.995,
+                    "yanchor": "top",
+                    "textangle": -90,
                 }
             )
     return shapes, notes

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,10 +152,16 @@ def predict(arch, device: str, s: Settings) -> dict[str, Any]:
 
 
 def profile(
-    archs: list, devices: list[str], s: Settings, *, measure_max_params: float | None
+    archs: list,
+    devices: list[str],
+    s: Settings,
+    *,
+    measure_max_params: float | None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """For each architecture: its size, the measured numbers (None when not measured, with the
-    reason) and the predictions for every device."""
+    reason) and the predictions for every device; `progress(done, total, step)` after each
+    architecture."""
     from archsearch.cost import columns, params
 
     out = []
@@ -176,6 +183,9 @@ def profile(
         else:
             entry["measured"] = measure_isolated(arch.to_dict(), s)
         out.append(entry)
+        if progress is not None:
+            how = "measured and predicted" if entry["measured"] else "predicted"
+            progress(len(out), len(archs), f"architectures {how}, last {arch.name}")
     return out
 
 
@@ -194,32 +204,59 @@ def _panels(results, devices: list[str]):
 
 
 def plot_all(results: list[dict[str, Any]], devices: list[str], s: Settings, out: Path) -> dict:
-    import matplotlib
+    """The four figures (`figures`) as PNGs in `out`: {name: path}."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, fig in figures(results, devices, s).items():
+        files[name] = out / f"{name}.png"
+        fig.savefig(files[name], dpi=110)
+    return files
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+def figures(results: list[dict[str, Any]], devices: list[str], s: Settings) -> dict:
+    """{name: matplotlib Figure}: memory vs length, latency vs batch, throughput vs length and
+    vs batch; a panel per measurement and device, bytes in the unit the largest value reaches,
+    a log scale where a panel's values span decades, a legend in panels that draw anything."""
+    from matplotlib import rcParams
+    from matplotlib.figure import Figure
+
+    from archsearch.analysis.plots import log_scale
+    from archsearch.units import scale_for, spans_decades
+
+    colours = rcParams["axes.prop_cycle"].by_key()["color"]
     panels = _panels(results, devices)
     b_small, n_long = s.batches[0], s.lengths[-1]
-    files = {}
+    byte_keys = ("state_bytes", "rss_bytes", "cache_bytes", "memory_bytes")
+    all_bytes = [
+        p[k]
+        for e in results
+        for data in (e["measured"], *e["predicted"].values())
+        if data is not None
+        for p in data["batches"][b_small]["points"]
+        for k in byte_keys
+        if k in p
+    ]
+    b_scale, b_unit = scale_for("bytes", all_bytes)
+    figs = {}
 
     def figure(name: str, title: str, draw) -> None:
-        fig, axs = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+        fig = Figure(figsize=(max(6.4, 5.2 * len(panels)), 4.4))
+        axs = fig.subplots(1, len(panels), squeeze=False)
         for ax, (ptitle, get) in zip(axs[0], panels):
             for i, e in enumerate(results):
                 data = get(e)
                 if data is not None:
                     draw(ax, e["arch"], data, colours[i % len(colours)], ptitle.startswith("m"))
+            ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+            if spans_decades(ys):
+                log_scale(ax, "y")
             ax.set_title(ptitle, fontsize=9)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
         fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        files[name] = path
+        figs[name] = fig
 
     def points(data, B):
         return data["batches"][B]["points"]
@@ -227,23 +264,24 @@ def plot_all(results: list[dict[str, Any]], devices: list[str], s: Settings, out
     def memory(ax, label, data, c, measured):
         pts = points(data, b_small)
         x = [p["length"] for p in pts]
-        if measured:
-            ax.plot(x, [p["state_bytes"] / 2**20 for p in pts], "o-", c=c, label=f"{label} state")
-            ax.plot(x, [p["rss_bytes"] / 2**20 for p in pts], "s--", c=c, label=f"{label} process")
-        else:
-            ax.plot(x, [p["cache_bytes"] / 2**20 for p in pts], "o-", c=c, label=f"{label} cache")
-            ax.plot(x, [p["memory_bytes"] / 2**20 for p in pts], "s--", c=c, label=f"{label} total")
+        solid, dashed = ("state", "process") if measured else ("cache", "total")
+        for key, style, what in (
+            ("state_bytes" if measured else "cache_bytes", "o-", solid),
+            ("rss_bytes" if measured else "memory_bytes", "s--", dashed),
+        ):
+            y = [p[key] / b_scale for p in pts]
+            ax.plot(x, y, style, c=c, label=f"{label} {what}")
+        log_scale(ax, "x", base=2)
         ax.set_xlabel("generated tokens")
-        ax.set_ylabel("MiB")
-        ax.set_yscale("log")
+        ax.set_ylabel(f"memory ({b_unit})")
 
     def latency(ax, label, data, c, measured):
         for n, style in ((n_long, "o-"), (s.lengths[0], "s:")):
             k = s.lengths.index(n)
             y = [points(data, B)[k]["step_ms"] for B in s.batches]
             ax.plot(s.batches, y, style, c=c, label=f"{label} at {n} tokens")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
+        log_scale(ax, "x", base=2)
+        ax.set_xlabel("batch size (sequences)")
         ax.set_ylabel("decode latency (ms per step)")
 
     def throughput_len(ax, label, data, c, measured):
@@ -258,30 +296,27 @@ def plot_all(results: list[dict[str, Any]], devices: list[str], s: Settings, out
                 lw=0.8 + j * 0.6,
                 label=f"{label} batch {B}",
             )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        log_scale(ax, "x", base=2)
         ax.set_xlabel("generated tokens")
-        ax.set_ylabel("tokens / s")
+        ax.set_ylabel("throughput (tokens/s)")
 
     def throughput_batch(ax, label, data, c, measured):
         y = [points(data, B)[-1]["tokens_per_s"] for B in s.batches]
         ax.plot(s.batches, y, "o-", c=c, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(f"tokens / s generating {n_long} tokens")
+        log_scale(ax, "x", base=2)
+        ax.set_xlabel("batch size (sequences)")
+        ax.set_ylabel(f"throughput generating {n_long} tokens (tokens/s)")
 
     head = f"prompt {s.prompt} tokens; predictions at {s.precision}"
-    out.mkdir(parents=True, exist_ok=True)
-    figure("memory_vs_length", f"memory vs sequence length, batch {b_small} ({head})", memory)
-    figure("latency_vs_batch", f"decode latency vs batch size ({head})", latency)
-    figure("throughput_vs_length", f"throughput vs sequence length ({head})", throughput_len)
+    figure("memory_vs_length", f"memory vs sequence length, batch {b_small}\n({head})", memory)
+    figure("latency_vs_batch", f"decode latency vs batch size\n({head})", latency)
+    figure("throughput_vs_length", f"throughput vs sequence length\n({head})", throughput_len)
     figure(
         "throughput_vs_batch",
-        f"throughput vs batch size at {n_long} tokens ({head})",
+        f"throughput vs batch size at {n_long} tokens\n({head})",
         throughput_batch,
     )
-    return files
+    return figs
 
 
 def summary_rows(results: list[dict[str, Any]], devices: list[str], s: Settings) -> list[dict]:

@@ -61,7 +61,8 @@ def default_out_dir(p: Pareto) -> Path:
     """`<run dir>/pareto/<device>` (other axes: a sub-folder named after them); a study on a
     database server writes under `runs/pareto/<study>/` of the working directory."""
     base = p.study.home if p.study.home is not None else Path("runs") / "pareto" / p.study.name
-    base = base / "pareto" / p.device if p.study.home is not None else base / p.device
+    device = Path(p.device).stem  # a profile given by path: its file name, inside `base`
+    base = base / "pareto" / device if p.study.home is not None else base / device
     if p.default_axes:
         return base
     names = "-vs-".join(parse_label(a.label)[0] for a in p.axes)

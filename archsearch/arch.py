@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from archsearch import yamlio
+from archsearch import plugins, yamlio
 from archsearch.errors import UserError
-from archsearch.resources import conf_dir, resolve
+from archsearch.resources import check_name, conf_dir, resolve
 
 # tokens per chunk of the chunked (training) forms of the linear mixers and MCSD: the models
 # (`archsearch.models.linear.common`, `archsearch.models.mcsd`) and the cost model count with it
@@ -74,6 +74,32 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "linear.feature_map": FEATURE_MAPS,
     "ffn.kind": FFN_KINDS,
 }
+
+
+def is_known(key: str, value: Any) -> bool:
+    """Whether `value` is a registered name for the field `key` (a key of CHOICES): a built-in,
+    or a plugin that an installed package registers (`archsearch.plugins`)."""
+    if value in CHOICES[key]:
+        return True
+    group = plugins.FIELD_GROUP.get(key)
+    return group is not None and plugins.is_plugin(group, value)
+
+
+def known_names(key: str) -> tuple[str, ...]:
+    """Every registered name of the field `key`: the built-ins, then the installed plugins."""
+    group = plugins.FIELD_GROUP.get(key)
+    return CHOICES[key] + (plugins.names(group) if group else ())
+
+
+# Upper bounds on an architecture's integers: beyond them a number is a typo or hostile, and
+# resolving (a letter per layer) or pricing such a model would exhaust memory or overflow.
+SIZE_LIMITS = {"n_layers": 4096, "vocab_size": 2**24, "max_seq_len": 2**24}
+MAX_DIM = 2**20  # every other integer: widths, heads, ranks, experts, channels, windows
+
+
+def size_limit(key: str) -> int:
+    """The largest value the integer field `key` (a key path) may take."""
+    return SIZE_LIMITS.get(key, MAX_DIM)
 
 
 class InvalidArch(UserError):
@@ -294,12 +320,14 @@ class ArchConfig:
         def bad(reason: str, key: str, message: str) -> InvalidArch:
             return InvalidArch(reason, message, key=key, source=source)
 
-        for key, allowed in CHOICES.items():
+        if self.name:
+            check_name(self.name, what="architecture", key="name", source=source)
+        _check_sizes(self, "", bad)
+        for key in CHOICES:
             value = _get_path(self, key)
-            if value is not None and value not in allowed:
-                raise bad(
-                    "unknown_name", key, f"unknown value {value!r} (known: {', '.join(allowed)})"
-                )
+            if value is not None and not is_known(key, value):
+                known = ", ".join(known_names(key))
+                raise bad("unknown_name", key, f"unknown value {value!r} (known: {known})")
         for key in ("vocab_size", "d_model", "n_layers", "max_seq_len"):
             if getattr(self, key) <= 0:
                 raise bad("non_positive", key, f"must be positive, got {getattr(self, key)}")
@@ -353,6 +381,13 @@ class ArchConfig:
                 )
             if m.d_expert is not None and m.d_expert <= 0:
                 raise bad("non_positive", "moe.d_expert", f"must be positive, got {m.d_expert}")
+            if m.n_experts > 0 and ffn.kind not in FFN_KINDS:
+                raise bad(
+                    "plugin_ffn_in_moe",
+                    "ffn.kind",
+                    f"the plugin channel mixer {ffn.kind!r} cannot be an MoE expert; experts "
+                    f"use the built-in kinds ({', '.join(FFN_KINDS)})",
+                )
 
     # -- canonical form -------------------------------------------------------------------------
 
@@ -396,6 +431,16 @@ class ArchConfig:
         """A stable 12-hex-digit hash of `canonical_dict()`."""
         blob = json.dumps(self.canonical_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _check_sizes(obj: Any, prefix: str, bad) -> None:
+    """Every integer within its `size_limit` (sections checked recursively)."""
+    for f in fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            _check_sizes(value, f"{key}.", bad)
+        elif isinstance(value, int) and not isinstance(value, bool) and value > size_limit(key):
+            raise bad("too_large", key, f"{value} is above the limit {size_limit(key):,}")
 
 
 # ---- layer layouts ----------------------------------------------------------------------------
@@ -585,11 +630,12 @@ def _resolve_linear(lin: LinearConfig, d_model: int) -> LinearConfig:
         key_dim = 64
     else:
         key_dim = value_dim
+    plugin = lin.family not in LINEAR_FAMILIES  # a plugin may read gate_rank and conv_size
     uses = {
         "feature_map": lin.family == "linear_attention",
         "normalize": lin.family == "linear_attention",
-        "gate_rank": lin.family in ("gla", "rwkv6"),
-        "conv_size": lin.family in ("mamba2", "deltanet", "gated_deltanet"),
+        "gate_rank": plugin or lin.family in ("gla", "rwkv6"),
+        "conv_size": plugin or lin.family in ("mamba2", "deltanet", "gated_deltanet"),
     }
     return replace(
         lin,
@@ -694,6 +740,8 @@ def _coerce(tp: Any, value: Any, *, source: str | None, key: str) -> Any:
             return int(value)
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise UserError(f"expected a finite number, got {value!r}", source=source, key=key)
             return float(value)
     elif tp is str:
         if isinstance(value, str):

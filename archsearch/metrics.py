@@ -26,6 +26,7 @@ A metric that takes a device and names none uses the run's device (`device=` on 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,6 +165,8 @@ def parse_quantity(raw: Any, unit: str, *, source: str | None, key: str) -> floa
             source=source,
             key=key,
         )
+    if not math.isfinite(value):
+        raise UserError(f"{raw!r} is not a finite number", source=source, key=key)
     if value < 0:
         raise UserError(f"must not be negative, got {raw!r}", source=source, key=key)
     return value
@@ -308,7 +311,7 @@ class _Reader:
         if "metric" not in entry:
             raise UserError("missing 'metric'", source=self.source, key=key)
         name = entry["metric"]
-        if name not in METRICS:
+        if not isinstance(name, str) or name not in METRICS:
             raise UserError(
                 f"unknown metric {name!r} (known: {', '.join(METRICS)})",
                 source=self.source,
@@ -316,7 +319,7 @@ class _Reader:
             )
         mdef = METRICS[name]
         rest = {k: v for k, v in entry.items() if k != "metric" and k not in extra}
-        unknown = sorted(set(rest) - set(mdef.args))
+        unknown = sorted(set(map(str, rest)) - set(mdef.args))
         if unknown:
             allowed = ", ".join([*mdef.args, *extra]) or "none"
             raise UserError(

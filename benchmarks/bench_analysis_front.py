@@ -10,15 +10,30 @@ runs once), and the histories must agree wherever both have a value.
 
     python benchmarks/bench_analysis_front.py [--sizes 500 1000] [--repeats 3]
 
-Prints a table and saves benchmarks/results/analysis_front.json.
+Prints a table and saves benchmarks/results/analysis_front.json. The baseline runs only up to
+`--baseline-max` trials (it is quadratic).
+
+With `--studies 1000 10000 100000` it measures instead what a user waits for on stored studies
+of that many trials, in SQLite and in PostgreSQL (a private server it starts and stops): the
+time to open the study (`archsearch.study.load`, read in pages), the front
+(`analysis.front.front`), the hypervolume history (2 and 3 objectives) and `analyse` as
+`pareto` and the dashboard's front run it, and the dashboard's whole answer (`front_payload`,
+with its plotly figure). The synthetic sweeps have three objectives with values near a curved
+trade-off surface (a large front), trial attributes as the sweep stores them (the `tiny`
+space's priced candidates, a loss curve) and the sweep's mix of statuses; they are written
+once through `StudyWriter.add_finished` and cached under `--cache`. Figures are medians of
+`--repeats` runs. Saves benchmarks/results/analysis_study_size.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +49,13 @@ from archsearch.analysis.front import (
 from archsearch.study import TrialRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
+MACHINE = {
+    "cpus": os.cpu_count(),
+    "load_avg": os.getloadavg(),
+    "note": "2 cores shared by five engineers working at the same time: figures are medians "
+    "of repeats, taken under their load",
+}
+OBJECTIVES = ["val_loss", "decode_ms[rpi5,context=1024,precision=fp16]", "params"]
 
 
 def baseline_history(values: np.ndarray, axes: list[Axis], ref: np.ndarray) -> list[float]:
@@ -62,8 +84,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[500, 1000])
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=str(RESULTS / "analysis_front.json"))
+    p.add_argument("--baseline-max", type=int, default=2000)
+    p.add_argument("--every-trial-max", type=int, default=20000)
+    p.add_argument("--studies", type=int, nargs="*", help="stored-study sizes instead")
+    p.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"])
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "archsearch-bench-studies"))
+    p.add_argument("--out", default=None)
     args = p.parse_args()
+    if args.studies:
+        study_sizes(args)
+        return
+    args.out = args.out or str(RESULTS / "analysis_front.json")
     rng = np.random.default_rng(0)
     rows = []
     for kind in ("uniform", "tradeoff"):
@@ -78,11 +109,15 @@ def main() -> None:
                 ref = reference_point(v, axes)
                 labels = [a.label for a in axes]
                 t_front, mask = timed(lambda v=v, axes=axes: non_dominated(v, axes), args.repeats)
-                t_every, every = timed(
-                    lambda recs=recs, axes=axes, labels=labels, ref=ref, n=n: hypervolume_history(
-                        recs, axes, labels, ref, max_points=n
-                    ),
-                    args.repeats,
+                t_every, every = (
+                    timed(
+                        lambda recs=recs, axes=axes, labels=labels, ref=ref, n=n: (
+                            hypervolume_history(recs, axes, labels, ref, max_points=n)
+                        ),
+                        args.repeats,
+                    )
+                    if n <= args.every_trial_max
+                    else (float("nan"), [(0, 0.0)] * n)
                 )
                 t_default, default = timed(
                     lambda recs=recs, axes=axes, labels=labels, ref=ref: hypervolume_history(
@@ -90,11 +125,14 @@ def main() -> None:
                     ),
                     args.repeats,
                 )
-                t_base, base = timed(
-                    lambda v=v, axes=axes, ref=ref: baseline_history(v, axes, ref), 1
-                )
-                assert np.allclose([h for _, h in every], base), "the histories disagree"
-                assert np.allclose([h for _, h in default], [base[k] for k, _ in default])
+                if n <= args.baseline_max:
+                    t_base, base = timed(
+                        lambda v=v, axes=axes, ref=ref: baseline_history(v, axes, ref), 1
+                    )
+                    assert np.allclose([h for _, h in every], base), "the histories disagree"
+                    assert np.allclose([h for _, h in default], [base[k] for k, _ in default])
+                else:
+                    t_base = float("nan")
                 rows.append(
                     {
                         "points": kind,
@@ -118,11 +156,164 @@ def main() -> None:
                 )
     result = {
         "benchmark": "Pareto front and hypervolume history",
-        "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "machine": MACHINE,
         "rows": rows,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"saved {out}")
+
+
+# ---- stored studies -------------------------------------------------------------------------
+
+
+def write_study(url: str, n: int, seed: int = 0) -> None:
+    """A synthetic sweep of `n` trials (see the module docstring), through the one writer."""
+    import optuna
+
+    from archsearch.cost.devices import device_names
+    from archsearch.space import load_space, sample
+    from archsearch.study import Status, StudyMeta, StudyWriter, open_storage
+    from archsearch.sweep.pricing import price
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space("tiny")
+    devices = device_names()
+    priced = [price(space, devices, "rpi5", c.arch) for c in sample(space, 40, seed).candidates]
+    meta = StudyMeta(
+        objectives=OBJECTIVES,
+        directions=["minimize"] * 3,
+        space="tiny",
+        device="rpi5",
+        devices=devices,
+    )
+    writer, _ = StudyWriter.create_or_open(open_storage(url), "bench", meta)
+    rng = np.random.default_rng(seed)
+    values = points("tradeoff", n, 3, rng) * np.array([2.0, 50.0, 1e6]) + [2.0, 5.0, 1e5]
+    curve = {
+        "evals": [[k * 100, 3.0 - k * 0.1] for k in range(10)],
+        "train": [[k * 10, k * 5120, 3.5 - k * 0.01] for k in range(200)],
+    }
+    for i in range(n):
+        pr = priced[i % len(priced)]
+        attrs = {
+            **pr.attrs(),
+            "arch_hash": f"{i:012x}",
+            "curve": curve,
+            "train_metrics": {"tokens_per_s": 1e4, "wall_s": 60.0, "peak_rss_mib": 900.0},
+            "budget": {"tokens": 1e6, "fraction": 1.0},
+        }
+        u = rng.random()
+        status = (
+            Status.TRAINED
+            if u < 0.85
+            else Status.STOPPED_EARLY
+            if u < 0.9
+            else Status.FAILED
+            if u < 0.95
+            else Status.INFEASIBLE
+        )
+        violations = {"params": 1.0} if status == Status.INFEASIBLE else {}
+        writer.add_finished(status, "", attrs, list(values[i]), violations)
+
+
+def cached_study(backend: str, n: int, cache: Path, pg_url: str | None) -> str:
+    """The URL of the synthetic study of `n` trials, written on first use."""
+    import optuna
+
+    if backend == "sqlite":
+        path = cache / f"study_{n}.db"
+        url = f"sqlite:///{path}"
+        done = cache / f"study_{n}.done"
+    else:
+        url = f"{pg_url.rsplit('/', 1)[0]}/bench_{n}"
+        done = None
+    if done is not None and done.exists():
+        return url
+    if backend == "postgresql":
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text(f"CREATE DATABASE bench_{n}"))
+        engine.dispose()
+    elif path.exists():
+        path.unlink()
+    t0 = time.perf_counter()
+    write_study(url, n)
+    print(f"  wrote {n} trials to {backend} in {time.perf_counter() - t0:.0f} s")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if done is not None:
+        done.touch()
+    return url
+
+
+def measure_study(url: str, repeats: int) -> dict:
+    from archsearch.analysis.dashboard import front_payload
+    from archsearch.analysis.front import Axis, front, hypervolume_history, reference_point
+    from archsearch.analysis.pareto import analyse
+    from archsearch.study import load
+
+    t_open, data = timed(lambda: load(url, "bench"), repeats)
+    axes3 = [Axis(label) for label in OBJECTIVES]
+    row = {"trials": len(data.records), "open_s": t_open}
+    for d in (2, 3):
+        axes = axes3[:d]
+        t_front, (cands, values, mask) = timed(
+            lambda axes=axes: front(data.records, axes, data.objectives), repeats
+        )
+        ref = reference_point(values, axes)
+        t_hist, _ = timed(
+            lambda axes=axes, ref=ref: hypervolume_history(
+                data.records, axes, data.objectives, ref
+            ),
+            repeats,
+        )
+        t_analyse, _ = timed(lambda axes=axes: analyse(data, "rpi5", axes), repeats)
+        row[f"{d}d"] = {
+            "fully_trained": len(cands),
+            "front": int(mask.sum()),
+            "front_s": t_front,
+            "history_s": t_hist,
+            "analyse_s": t_analyse,
+        }
+    t_dash, _ = timed(lambda: front_payload(url, "bench", None, {}), repeats)
+    row["dashboard_front_payload_s"] = t_dash
+    return row
+
+
+def study_sizes(args) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from pgserver import private_postgres
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for backend in args.backends:
+        server = private_postgres() if backend == "postgresql" else contextlib.nullcontext()
+        with server as pg_url:
+            for n in args.studies:
+                url = cached_study(backend, n, cache, pg_url)
+                row = {"backend": backend, **measure_study(url, args.repeats)}
+                rows.append(row)
+                print(
+                    f"{backend:>10} {n:>6} trials: open {row['open_s']:6.2f} s; "
+                    + "; ".join(
+                        f"{d} front of {row[d]['front']:>5}: front {row[d]['front_s']:5.2f} s, "
+                        f"history {row[d]['history_s']:5.2f} s, all {row[d]['analyse_s']:5.2f} s"
+                        for d in ("2d", "3d")
+                    )
+                    + f"; dashboard front {row['dashboard_front_payload_s']:6.2f} s"
+                )
+    out = Path(args.out or RESULTS / "analysis_study_size.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "benchmark": "pareto and the dashboard's front on stored studies",
+        "machine": MACHINE,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
     out.write_text(json.dumps(result, indent=2))
     print(f"saved {out}")
 

@@ -6,8 +6,8 @@ training: candidates come from the `tiny` space, the loss from
 `archsearch.sweep.testing.synthetic_loss`. Statuses follow a fixed plan, so a test knows what
 to expect: candidates that break a constraint are `infeasible`; of the others, every 5th is
 `stopped_early`, every 7th `failed`, the rest `trained`; the first trained architecture is then
-suggested once more and recorded as a `duplicate` (with the first one's values, as the sweep
-does).
+suggested once more and recorded as a `duplicate` (PRUNED, the first one's values in
+`duplicate_values`, as the sweep does).
 """
 
 from __future__ import annotations

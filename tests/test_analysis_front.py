@@ -258,3 +258,24 @@ def test_default_axes_put_costs_on_x_and_training_metrics_on_y():
         "val_loss",
     ]
     assert parse_label("probe_acc@recall") == ("probe_acc", {"task": "recall"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 300), st.integers(0, 2**16), st.integers(2, 50))
+def test_fast_front_matches_brute_force_on_larger_sets(d, n, seed, levels):
+    """Random sets of a few hundred points, coarse (ties, duplicates) or fine, some NaN and
+    infinite, some axes maximised: the fast front equals the definition checked pairwise."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, levels, size=(n, d)).astype(float)
+    if n:
+        values[rng.random(n) < 0.05, rng.integers(0, d)] = rng.choice([np.nan, np.inf, -np.inf])
+    axes = [Axis(f"m{i}", rng.choice(["minimize", "maximize"])) for i in range(d)]
+    signed = values * np.array([a.sign for a in axes])
+    finite = np.isfinite(signed).all(axis=1)
+    f = signed[finite]
+    brute = np.zeros(n, dtype=bool)
+    if len(f):
+        weakly = (f[:, None, :] <= f[None, :, :]).all(axis=2)  # [j, i]: j no worse than i
+        strictly = (f[:, None, :] < f[None, :, :]).any(axis=2)
+        brute[finite] = ~(weakly & strictly).any(axis=0)
+    assert np.array_equal(non_dominated(values, axes), brute)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archsearch.analysis.hypervolume import hypervolume
+from archsearch.analysis.hypervolume import hypervolume, prefix_hypervolumes
 
 
 def brute_force(points: np.ndarray, ref: np.ndarray) -> float:
@@ -52,3 +53,16 @@ def test_order_and_dominated_points_change_nothing(d, n, seed):
     worse = points[0] + 0.01
     assert abs(hypervolume(np.vstack([points, worse]), ref) - hv) < 1e-12
     assert 0 < hv <= np.prod(ref)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 4), st.integers(0, 60), st.integers(0, 2**16), st.integers(1, 60))
+def test_prefix_hypervolumes_equal_recomputing_each_prefix(d, n, seed, every):
+    rng = np.random.default_rng(seed)
+    # coarse values: ties and duplicates; some beyond the reference; some NaN
+    points = rng.integers(0, 7, size=(n, d)).astype(float)
+    points[rng.random(n) < 0.1, rng.integers(0, d)] = np.nan
+    ref = np.full(d, 5.0)
+    at = sorted({*range(0, n, every), n - 1}) if n else []
+    fresh = [hypervolume(points[: k + 1][~np.isnan(points[: k + 1]).any(axis=1)], ref) for k in at]
+    assert prefix_hypervolumes(points, ref, at) == pytest.approx(fresh, abs=1e-9)

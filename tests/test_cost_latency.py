@@ -351,6 +351,12 @@ def test_calibrate_writes_a_loadable_profile(tmp_path):
         timeout=300,
     )
     assert res.returncode == 0, res.stderr
+    steps = [line for line in res.stderr.splitlines() if " calibrate: " in line]  # progress
+    total = int(steps[0].split("/")[1].split()[0])
+    assert len(steps) == total and [s.split(": ")[1].split("/")[0] for s in steps] == [
+        str(k) for k in range(1, total + 1)
+    ]
+    assert all("ETA" in s for s in steps[:-1]) and steps[-1].endswith("done")
     dev = load_device(str(out))
     assert dev.name == "local" and dev.prefill_logits == "all"
     assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8

@@ -243,6 +243,9 @@ def test_equivalent_candidates_share_a_hash_and_sampling_dedups_them():
         ("hybrid_linear_moe", 8 * (1 + 2 * 4) * (1 + 3 * 3 * 2) * 2),
         # 3 depths x (mcsd 5 channel counts + attention 1 + linear 4 families)
         ("mcsd", 3 * (5 + 1 + 4)),
+        # depth 4 x width 4 x (attention 1 + linear 4 families x 3 shares + mcsd 3 shares)
+        # x attention.kind (gqa 1 + mla 2 kv ranks) x ffn_mult 2
+        ("edge_125m", 4 * 4 * (1 + 4 * 3 + 3) * (1 + 2) * 2),
     ],
 )
 def test_shipped_space_sizes_match_hand_counts(name, expected):
@@ -311,3 +314,15 @@ def test_readme_worked_example_is_what_the_readme_says(tmp_path):
     assert "540 assignments" in readme
     reasons = {c.reason for c in map(lambda a: build(sp, a), assignments(sp)) if not c.ok}
     assert reasons == {"kv_heads_not_dividing_heads"}
+
+
+@pytest.mark.parametrize("name", ["tiny", "plm_edge", "hybrid_linear_moe", "mcsd", "edge_125m"])
+def test_shipped_spaces_train_blocks_are_valid_trial_settings(name):
+    from archsearch.trainers import TrainConfig
+
+    sp = load_space(name)
+    cfg = TrainConfig.from_dict(sp.train, source=sp.source, prefix="train")
+    if name == "edge_125m":  # the cluster recipe: FLOPs-matched, seed PLM Table 17's optimiser
+        assert cfg.parsed_budget.kind == "flops" and cfg.seq_len == 4096
+        assert (cfg.lr, cfg.min_lr, cfg.weight_decay, cfg.beta2) == (5e-4, 5e-6, 0.1, 0.95)
+        assert cfg.data[0].startswith("shards:")

@@ -45,7 +45,7 @@ def new_writer(tmp_path: Path, name: str = "s") -> StudyWriter:
     "status, values, state",
     [
         (Status.TRAINED, [1.0, 2.0], "COMPLETE"),
-        (Status.DUPLICATE, [1.0, 2.0], "COMPLETE"),
+        (Status.DUPLICATE, [1.0, 2.0], "PRUNED"),  # values in `duplicate_values` (dashboard)
         (Status.DUPLICATE, None, "PRUNED"),
         (Status.STOPPED_EARLY, None, "PRUNED"),
         (Status.INFEASIBLE, None, "PRUNED"),
@@ -62,6 +62,8 @@ def test_statuses_map_to_optuna_states(tmp_path, status, values, state):
     assert (r.state, r.status, r.reason) == (state, status.value, "why")
     assert r.attrs["arch"] == {"d_model": 64}  # nested attributes round-trip through JSON text
     assert r.fully_trained == (status == Status.TRAINED)
+    if status == Status.DUPLICATE and values:
+        assert r.values is None and r.attrs["duplicate_values"] == values
 
 
 def test_constraints_are_written_new_and_old_style(tmp_path):
@@ -82,14 +84,19 @@ def test_interrupted_trials_are_failed_and_returned_for_a_rerun(tmp_path):
     writer = new_writer(tmp_path)
     running = writer.ask()
     running.suggest_int("n_layers", 2, 8)
+    writer.set_attrs(running, {"status": Status.RUNNING})  # launched
+    poisoned = writer.ask()  # its driver died before it was built and priced
+    poisoned.suggest_int("n_layers", 2, 8)
+    alive = writer.ask()  # a live driver's trial
     done = writer.ask()
     writer.finish(done, Status.TRAINED, "", {}, [1.0, 2.0])
-    again = writer.mark_interrupted()
-    assert again == [dict(running.params)]
+    again = writer.mark_interrupted(lambda t: t.number != alive.number)
+    assert again == [dict(running.params)]  # the poisoned candidate is not run again
     by_number = {r.number: r for r in records(writer.study)}
-    assert by_number[0].state == "FAIL" and by_number[0].status == "interrupted"
-    assert by_number[1].state == "COMPLETE"
-    assert writer.mark_interrupted() == []
+    for n in (0, 1):
+        assert by_number[n].state == "FAIL" and by_number[n].status == "interrupted"
+    assert by_number[2].state == "RUNNING" and by_number[3].state == "COMPLETE"
+    assert writer.mark_interrupted(lambda t: t.number != alive.number) == []
 
 
 def test_reopening_checks_it_is_the_same_sweep(tmp_path):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,7 +57,7 @@ def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path)
     assert not [r for r in recs if r.state == "RUNNING"]
     trained = [r for r in recs if r.status == "trained"]
     stopped = [r for r in recs if r.status == "stopped_early"]
-    assert len(trained) + len(stopped) == 12 == summary["trained_in_study"]
+    assert len(trained) == 12 == summary["trained_in_study"]  # trials=N: N fully trained
     assert stopped, "ASHA stopped nothing: the test space no longer exercises early stopping"
     for r in trained:
         assert r.state == "COMPLETE" and len(r.values) == 2
@@ -71,7 +73,7 @@ def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path)
     # untrained candidates are recorded with their reason and cost numbers, never trained
     for r in recs:
         if r.status in ("infeasible", "invalid", "duplicate"):
-            assert r.state in ("PRUNED", "COMPLETE") and "trial_dir" not in r.attrs
+            assert r.state == "PRUNED" and "trial_dir" not in r.attrs
         if r.status == "infeasible":
             assert r.attrs["costs"] and r.attrs["device_costs"]["rpi5"]
             assert any(v > 0 for v in r.constraints.values())
@@ -83,12 +85,16 @@ def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path)
 
 def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
     res = sweep(
-        tmp_path, "trials=10", "trainable=archsearch.sweep.testing:faulty", "early_stopping=none"
+        tmp_path,
+        "trials=3",
+        "max_failures=0",
+        "trainable=archsearch.sweep.testing:faulty",
+        "early_stopping=none",
     )
     assert res.returncode == 0, res.stderr
     recs = records(study_of(tmp_path / "run"))
     attempted = [r for r in recs if r.status in ("trained", "failed")]
-    assert len(attempted) == 10
+    assert len([r for r in attempted if r.status == "trained"]) == 3  # failures not counted
     expected = {
         "raise": "synthetic failure",
         "nan": "non-finite",
@@ -105,7 +111,7 @@ def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
         else:
             assert r.status == "failed" and r.state == "FAIL", (fault, r.reason)
             assert expected[fault] in r.reason, (fault, r.reason)
-    assert len(seen) >= 4  # ten trained trials cover the five kinds of fault (trial number mod 5)
+    assert len(seen) >= 4  # three trained among ~15 attempts cover the kinds of fault (mod 5)
 
 
 def _trained(run_dir: Path) -> dict[int, list[float]]:
@@ -164,8 +170,8 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     for number in running:  # interrupted ones marked failed...
         r = next(r for r in recs if r.number == number)
         assert r.state == "FAIL" and r.status == "interrupted"
-    # ...and the study completes: six trained trials in all
-    assert len([r for r in recs if r.status in ("trained", "stopped_early", "failed")]) == 6
+    # ...and the study completes: six fully trained trials in all
+    assert len([r for r in recs if r.status == "trained"]) == 6
     assert not [r for r in recs if r.state == "RUNNING"]
 
 
@@ -205,13 +211,13 @@ def test_a_space_without_feasible_candidates_exits_2(tmp_path):
 def test_the_main_job_trains_real_models_and_keeps_ray_contained(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    before = {p.name for p in Path("/tmp").glob("archsearch-ray-*")}
+    temp = Path(tempfile.mkdtemp(prefix="as-"))  # this test's own temp dir (short: Ray sockets)
     res = sweep(
         tmp_path,
         "trials=2",
         "budget=tokens:6K",
         "train.eval_batches=2",
-        env={"HOME": str(home)},
+        env={"HOME": str(home), "TMPDIR": str(temp)},
         timeout=600,
     )
     assert res.returncode == 0, res.stderr
@@ -223,4 +229,5 @@ def test_the_main_job_trains_real_models_and_keeps_ray_contained(tmp_path):
     assert all(r.attrs["train_metrics"]["tokens_per_s"] > 0 for r in trained)
     assert all(r.attrs["budget"]["tokens"] > 0 for r in trained)
     assert list(home.iterdir()) == []  # no ~/.ray, no ~/ray_results
-    assert {p.name for p in Path("/tmp").glob("archsearch-ray-*")} == before
+    assert list(temp.glob("archsearch-ray-*")) == []  # Ray's session files removed
+    shutil.rmtree(temp)

@@ -140,8 +140,9 @@ def test_huggingface_source_uses_its_validation_split(tmp_path, monkeypatch):
 
     class FakeDatasets:
         @staticmethod
-        def load_dataset(name, config, cache_dir):
+        def load_dataset(name, config, cache_dir, streaming):
             assert cache_dir.startswith(str(D.default_cache_dir()))  # never $HOME
+            assert streaming  # nothing downloaded beyond what is read
             return rows
 
     monkeypatch.setitem(sys.modules, "datasets", FakeDatasets)

@@ -94,9 +94,9 @@ def test_bad_budgets_name_the_key(text):
         ({"batch_size": 0}, "train.batch_size", "must be positive"),
         ({"batch_size": 1.5}, "train.batch_size", "expected an integer"),
         (
-            {"precision": "fp16"},
+            {"precision": "fp8"},
             "train.precision",
-            r"unknown precision 'fp16' \(known: fp32, bf16\)",
+            r"unknown precision 'fp8' \(known: fp32, bf16, fp16\)",
         ),
         ({"objective": "acc"}, "train.objective", "unknown objective 'acc'"),
         ({"probe_tasks": ["recall", "sorting"]}, "train.probe_tasks", "unknown probe task"),

@@ -150,7 +150,7 @@ def test_resume_continues_from_the_checkpoint(cfg, tmp_path):
 
     with pytest.raises(Preempted):
         run_trial(tiny(), cfg, run_dir=tmp_path / "run", report=preempt)
-    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
     assert state["result"]["steps"] == 12 and not (tmp_path / "run" / "result.json").exists()
 
     seen = []

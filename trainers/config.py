@@ -71,10 +71,21 @@ TokenizerKind = Choice.of("TokenizerKind", tokenizer.KINDS, module=__name__)
 
 
 class Precision(Choice):
-    """Training numerics: fp32, or bf16 autocast on CPU."""
+    """Training numerics: fp32, or autocast to bf16 or fp16 (GPU only, with a loss scaler) on
+    the trial's device."""
 
     fp32 = "fp32"
     bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Device(Choice):
+    """Where a trial trains: the accelerator Ray assigned to it (else the CPU), or a given kind."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
 
 
 class Objective(Choice):
@@ -136,7 +147,16 @@ class TrainConfig:
         default="tokens:1M",
         metadata={"help": "tokens:N | flops:N | time:N[s|m|h] | steps:N (e.g. tokens:2M)"},
     )
-    batch_size: int = field(default=16, metadata={"help": "sequences per step"})
+    batch_size: int = field(
+        default=16, metadata={"help": "sequences per optimizer step (global: all workers)"}
+    )
+    micro_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "sequences per forward/backward on one worker; the rest by gradient "
+            "accumulation (default: batch_size / workers)"
+        },
+    )
     seq_len: int = field(
         default=128,
         metadata={"help": "tokens per sequence (at most the architecture's max_seq_len)"},
@@ -164,18 +184,41 @@ class TrainConfig:
     constant: float = field(default=0.1, metadata={"help": "wsdc: final fraction held at min_lr"})
     # numerics and reproducibility
     precision: Precision = field(
-        default=Precision.fp32, metadata={"help": "fp32 | bf16 (autocast on CPU)"}
+        default=Precision.fp32,
+        metadata={"help": "fp32 | bf16 | fp16 (autocast on the trial's device; fp16: GPU only)"},
+    )
+    device: Device = field(
+        default=Device.auto,
+        metadata={"help": "auto (the accelerator Ray assigned, else CPU) | cpu | cuda | mps"},
+    )
+    compile: bool = field(
+        default=False,
+        metadata={"help": "torch.compile the model's training step (eager if it fails)"},
     )
     threads: int = field(default=1, metadata={"help": "torch threads for this trial"})
     seed: int = field(default=0, metadata={"help": "same seed, same machine: same losses"})
     # data (archsearch.trainers.data)
     data: tuple[str, ...] = field(
         default=("stdlib",),
-        metadata={"help": "stdlib (embedded corpus), text file(s)/folders, or hf:NAME[:CONFIG]"},
+        metadata={
+            "help": "stdlib (embedded corpus), text file(s)/folders, hf:NAME[:CONFIG] "
+            "(streamed), or shards:FOLDER (pre-tokenized train*.bin/val*.bin + meta.json)"
+        },
     )
     tokenizer: TokenizerKind = field(
         default=TokenizerKind.byte,
-        metadata={"help": "byte (256) | char (the corpus' characters) | bpe (trained locally)"},
+        metadata={
+            "help": "byte (256) | char (the corpus' characters) | bpe (trained locally) | "
+            "file (tokenizer_file)"
+        },
+    )
+    tokenizer_file: str | None = field(
+        default=None,
+        metadata={"help": "tokenizer=file: a Hugging Face tokenizer.json (GPT-2, Llama, Qwen)"},
+    )
+    max_stream_tokens: int = field(
+        default=16_000_000,
+        metadata={"help": "hf: sources: tokens read from the stream (train; validation 1/20)"},
     )
     bpe_vocab_size: int | None = field(
         default=None,
@@ -260,6 +303,10 @@ class TrainConfig:
         plain = {}
         for name, value in data.items():
             kind = kinds.get(name)
+            items = value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, str) and "${" in v for v in items):
+                # OmegaConf would resolve it (`${oc.env:...}` reads the environment)
+                raise fail(f"{value!r} holds an interpolation; give the value itself", str(name))
             if kind is tuple and isinstance(value, (str, int, float)):
                 value = [value]
             elif kind is tuple and not isinstance(value, (list, tuple)):
@@ -327,6 +374,13 @@ class TrainConfig:
             _positive(self, key)
         for key in ("probe_steps", "probe_batch_size", "probe_seq_len", "probe_eval_size"):
             _positive(self, key)
+        if self.micro_batch_size is not None:
+            _positive(self, "micro_batch_size")
+            if self.batch_size % self.micro_batch_size:
+                raise UserError(
+                    f"must divide batch_size {self.batch_size}, got {self.micro_batch_size}",
+                    key="micro_batch_size",
+                )
         for key in ("lr", "beta1", "beta2", "weight_decay", "grad_clip"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
@@ -348,6 +402,11 @@ class TrainConfig:
             raise UserError(f"must lie in (0, 1), got {self.val_fraction}", key="val_fraction")
         if not self.data:
             raise UserError("name at least one data source", key="data")
+        _positive(self, "max_stream_tokens")
+        if (self.tokenizer == "file") != (self.tokenizer_file is not None):
+            raise UserError(
+                "tokenizer=file and tokenizer_file=PATH go together", key="tokenizer_file"
+            )
         if not self.eval_at or any(not 0 < f <= 1 for f in self.eval_at):
             raise UserError(
                 f"must be a non-empty list of fractions in (0, 1], got {list(self.eval_at)}",

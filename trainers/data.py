@@ -8,8 +8,18 @@ A source is named by a string (the `data` key of a trial):
   Python build therefore gives the same bytes. The content hash and the Python version are
   recorded in the cache metadata.
 - a path, or a list of paths: text files, or folders of `*.txt` files (one document per file).
-- `hf:NAME` or `hf:NAME:CONFIG`: a Hugging Face dataset's `text` column (optional: needs the
-  `datasets` package and, the first time, the network).
+- `hf:NAME` or `hf:NAME:CONFIG`: a Hugging Face dataset's `text` column, read in streaming mode
+  up to `max_stream_tokens` tokens (needs the `datasets` package; NAME may be a local folder of
+  `train.*` / `validation.*` files, or a hub name, which needs the network).
+- `shards:FOLDER`: pre-tokenized shards, as nanoGPT's `prepare.py` and most pretraining pipelines
+  write them: `train*.bin` and `val*.bin` token arrays (uint16 or uint32) and a `meta.json`
+  holding at least `{"dtype": "uint16", "vocab_size": 50257}` (optionally `tokenizer`: a
+  `tokenizer.json` beside the shards, and `val_bytes_per_token` for bits per byte). Nothing is
+  copied: each shard is memory-mapped, and training windows never cross a shard boundary.
+
+Tokenizers (`archsearch.trainers.tokenizer`): `byte`, `char`, a locally trained `bpe`, or
+`file`: a Hugging Face `tokenizer.json` named by `tokenizer_file` (GPT-2, Llama, Qwen, ...),
+copied into the cache so every trial of a node shares it.
 
 Validation split: by document when there are enough documents (the `val_fraction` of documents
 with the smallest SHA-256 of their name, so adding a file moves no other file between splits);
@@ -18,11 +28,13 @@ otherwise the last `val_fraction` of each document (nanoGPT's 90/10 split of one
 The cache folder `<cache_dir>/<key>/` holds `train.bin`, `val.bin` (raw token arrays), the
 tokenizer and `meta.json`; the key hashes the source's identity, the tokenizer and the split. A
 folder is built under a temporary name and renamed into place, so concurrent trials never see a
-half-written cache. Opening a built cache is a few memory maps.
+half-written cache, and under a lock file, so a node builds a corpus once: concurrent trials
+wait for the first builder and reuse its cache. Opening a built cache is a few memory maps.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -32,6 +44,7 @@ import sysconfig
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +53,7 @@ import numpy as np
 from archsearch.errors import UserError
 from archsearch.trainers.tokenizer import (
     BPETokenizer,
+    FileTokenizer,
     Tokenizer,
     check_kind,
     load_tokenizer,
@@ -65,6 +79,11 @@ STDLIB_SKIP = frozenset(
 )
 DOC_SEPARATOR = "\n\n"
 CACHE_VERSION = 1
+SHARDS = "shards:"
+SHARD_DTYPES = ("uint16", "uint32")
+DEFAULT_STREAM_TOKENS = 16_000_000
+# a corpus' split: one token array, or shards read as one split
+Tokens = np.ndarray | tuple[np.ndarray, ...]
 
 
 def default_cache_dir() -> Path:
@@ -115,16 +134,20 @@ def _stat_id(paths: Sequence[Path], root: Path | None = None) -> list[list[Any]]
 class Source:
     """Where the text comes from: `identity` keys the cache, `documents()` reads it."""
 
-    kind: str  # stdlib | files | hf
+    kind: str  # stdlib | files | hf | shards
     name: str
     identity: Any
     paths: tuple[Path, ...] = ()
     hf: tuple[str, str | None] | None = None
 
-    def documents(self, max_bytes: int | None = None) -> tuple[list[Document], list[Document]]:
-        """(documents, given validation documents); the latter only for HF validation splits."""
+    def documents(
+        self, max_tokens: int | None = None, tokenizer: Tokenizer | None = None
+    ) -> tuple[list[Document], list[Document]]:
+        """(documents, given validation documents); the latter only for HF validation splits.
+        A streaming source stops after `max_tokens` tokens of `tokenizer` (bytes when it has to
+        be trained on the text first)."""
         if self.kind == "hf":
-            return _hf_documents(*self.hf, max_bytes=max_bytes)
+            return _hf_documents(*self.hf, max_tokens=max_tokens, tokenizer=tokenizer)
         root = Path(sysconfig.get_paths()["stdlib"]) if self.kind == STDLIB else None
         docs = [
             Document(str(p.relative_to(root)) if root else str(p), _read(p)) for p in self.paths
@@ -142,6 +165,8 @@ def resolve_source(data: str | Sequence[str], *, key: str = "data") -> Source:
         files = stdlib_files(root)
         identity = {"python": platform.python_version(), "files": _stat_id(files, root)}
         return Source(STDLIB, STDLIB, identity, tuple(files))
+    if len(items) == 1 and items[0].startswith(SHARDS):
+        return _shards_source(items[0], key)
     if len(items) == 1 and items[0].startswith("hf:"):
         parts = items[0][3:].split(":")
         if not parts[0] or len(parts) > 2:
@@ -150,7 +175,7 @@ def resolve_source(data: str | Sequence[str], *, key: str = "data") -> Source:
         return Source("hf", items[0], {"hf": [name, config]}, hf=(name, config))
     paths: list[Path] = []
     for item in items:
-        if item == STDLIB or item.startswith("hf:"):
+        if item == STDLIB or item.startswith(("hf:", SHARDS)):
             raise UserError(f"{item!r} cannot be combined with other sources", key=key)
         p = Path(item).expanduser()
         if p.is_dir():
@@ -167,8 +192,10 @@ def resolve_source(data: str | Sequence[str], *, key: str = "data") -> Source:
 
 
 def _hf_documents(
-    name: str, config: str | None, *, max_bytes: int | None
+    name: str, config: str | None, *, max_tokens: int | None, tokenizer: Tokenizer | None
 ) -> tuple[list[Document], list[Document]]:
+    """The `text` column of the `train` (and `validation`, if any) split, streamed: nothing is
+    downloaded beyond the documents read, and reading stops at `max_tokens`."""
     try:
         import datasets
     except ImportError:
@@ -177,13 +204,17 @@ def _hf_documents(
             "(pip install 'archsearch[hf]')",
             key="data",
         ) from None
-    cache = default_cache_dir() / "hf"
     try:
-        ds = datasets.load_dataset(name, config, cache_dir=str(cache))
+        ds = datasets.load_dataset(
+            name, config, streaming=True, cache_dir=str(default_cache_dir() / "hf")
+        )
     except Exception as err:  # offline, unknown name, bad config: all user-facing
-        raise UserError(f"cannot load Hugging Face dataset {name!r}: {err}", key="data") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot load Hugging Face dataset {name!r}: {first}", key="data") from None
+    if "train" not in ds:
+        raise UserError(f"dataset {name!r} has no 'train' split", key="data")
 
-    def read(split: str) -> list[Document]:
+    def read(split: str, cap: int | None) -> list[Document]:
         docs, total = [], 0
         for i, row in enumerate(ds[split]):
             text = row.get("text") if isinstance(row, dict) else None
@@ -191,15 +222,47 @@ def _hf_documents(
                 raise UserError(f"dataset {name!r} has no 'text' column", key="data")
             if text.strip():
                 docs.append(Document(f"{split}/{i}", text))
-                total += len(text)
-            if max_bytes and total >= max_bytes:
+                total += len(tokenizer.encode(text)) if tokenizer else len(text.encode())
+            if cap and total >= cap:
                 break
         return docs
 
-    if "train" not in ds:
-        raise UserError(f"dataset {name!r} has no 'train' split", key="data")
-    val = "validation" if "validation" in ds else None
-    return read("train"), (read(val) if val else [])
+    val_cap = max(1, max_tokens // 20) if max_tokens else None
+    val = read("validation", val_cap) if "validation" in ds else []
+    return read("train", max_tokens), val
+
+
+def _shards_source(item: str, key: str) -> Source:
+    folder = Path(item[len(SHARDS) :]).expanduser()
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise UserError(f"{item!r}: no meta.json in {str(folder)!r}", key=key)
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{str(meta_path)!r} is not JSON: {err}", key=key) from None
+    if not isinstance(meta, dict) or meta.get("dtype") not in SHARD_DTYPES:
+        raise UserError(
+            f"{str(meta_path)!r}: 'dtype' must be one of {', '.join(SHARD_DTYPES)}", key=key
+        )
+    vocab = meta.get("vocab_size")
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+        raise UserError(f"{str(meta_path)!r}: 'vocab_size' must be a positive integer", key=key)
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    found = {}
+    for split in ("train", "val"):
+        files = sorted(p for p in folder.glob(f"{split}*.bin") if p.is_file())
+        if not files:
+            raise UserError(f"{item!r}: no {split}*.bin shard in {str(folder)!r}", key=key)
+        for f in files:
+            if f.stat().st_size % itemsize:
+                raise UserError(
+                    f"shard {str(f)!r} is not a whole number of {meta['dtype']} tokens", key=key
+                )
+        found[split] = files
+    paths = (*found["train"], *found["val"])
+    identity = {"shards": _stat_id(paths), "meta": meta}
+    return Source("shards", folder.name, identity, paths)
 
 
 # ---- splitting --------------------------------------------------------------------------------
@@ -227,22 +290,34 @@ def split_documents(
 
 @dataclass
 class Corpus:
-    """Tokenized train/validation splits, memory-mapped from a cache folder."""
+    """Tokenized train/validation splits, memory-mapped (from a cache folder, or the shards of
+    a pre-tokenized corpus)."""
 
     root: Path
     meta: dict[str, Any]
-    tokenizer: Tokenizer
-    train: np.ndarray
-    val: np.ndarray
+    tokenizer: Tokenizer | None  # None: pre-tokenized shards that name no tokenizer
+    train: Tokens
+    val: Tokens
 
     @property
     def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
+        return int(self.meta.get("vocab_size") or self.tokenizer.vocab_size)
 
-    @property
-    def val_bytes_per_token(self) -> float:
-        """UTF-8 bytes per validation token: converts nats/token into bits per byte."""
-        return self.meta["val_bytes"] / max(1, self.meta["val_tokens"])
+    @cached_property
+    def val_bytes_per_token(self) -> float | None:
+        """UTF-8 bytes per validation token: converts nats/token into bits per byte (None
+        when the shards do not say and name no tokenizer to measure it with)."""
+        if "val_bytes" in self.meta:
+            return self.meta["val_bytes"] / max(1, self.meta["val_tokens"])
+        if self.meta.get("val_bytes_per_token"):
+            return float(self.meta["val_bytes_per_token"])
+        if self.tokenizer is None:
+            return None
+        sample = np.asarray(_shards(self.val)[0][:BYTES_PER_TOKEN_SAMPLE], dtype=np.int64)
+        return len(self.tokenizer.decode(sample).encode("utf-8")) / max(1, len(sample))
+
+
+BYTES_PER_TOKEN_SAMPLE = 65536
 
 
 def _dtype(vocab_size: int) -> np.dtype:
@@ -251,8 +326,17 @@ def _dtype(vocab_size: int) -> np.dtype:
     )
 
 
+def _file_digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def cache_key(
-    source: Source, tokenizer: str, bpe_vocab_size: int | None, val_fraction: float
+    source: Source,
+    tokenizer: str,
+    bpe_vocab_size: int | None,
+    val_fraction: float,
+    tokenizer_file: str | None = None,
+    max_stream_tokens: int | None = None,
 ) -> str:
     blob = json.dumps(
         {
@@ -261,6 +345,8 @@ def cache_key(
             "tokenizer": tokenizer,
             "bpe_vocab_size": bpe_vocab_size if tokenizer == "bpe" else None,
             "val_fraction": val_fraction,
+            **({"tokenizer_file": _file_digest(tokenizer_file)} if tokenizer == "file" else {}),
+            **({"max_stream_tokens": max_stream_tokens} if source.kind == "hf" else {}),
         },
         sort_keys=True,
     )
@@ -274,18 +360,42 @@ def load_corpus(
     bpe_vocab_size: int | None = None,
     val_fraction: float = 0.05,
     cache_dir: str | Path | None = None,
+    tokenizer_file: str | None = None,
+    max_stream_tokens: int = DEFAULT_STREAM_TOKENS,
 ) -> Corpus:
-    """Open the tokenized corpus for `data`, building the cache folder on first use."""
+    """Open the tokenized corpus for `data`, building the cache folder on first use (once per
+    node: concurrent callers wait for the first builder)."""
     check_kind(tokenizer)
     if tokenizer == "bpe" and not bpe_vocab_size:
         raise UserError("a BPE tokenizer needs a vocabulary size", key="bpe_vocab_size")
+    if tokenizer == "file" and not tokenizer_file:
+        raise UserError("tokenizer=file needs tokenizer_file=PATH/tokenizer.json", key="tokenizer")
+    if tokenizer_file and not Path(tokenizer_file).is_file():
+        raise UserError(f"no tokenizer file {tokenizer_file!r}", key="tokenizer_file")
     if not 0 < val_fraction < 1:
         raise UserError(f"must lie in (0, 1), got {val_fraction}", key="val_fraction")
     source = resolve_source(data)
+    if source.kind == "shards":
+        return open_shards(source, tokenizer_file if tokenizer == "file" else None)
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
-    folder = cache_root / cache_key(source, tokenizer, bpe_vocab_size, val_fraction)
+    key = cache_key(
+        source, tokenizer, bpe_vocab_size, val_fraction, tokenizer_file, max_stream_tokens
+    )
+    folder = cache_root / key
     if not (folder / "meta.json").is_file():
-        _build(folder, source, tokenizer, bpe_vocab_size or 0, val_fraction)
+        cache_root.mkdir(parents=True, exist_ok=True)
+        with (cache_root / f".{key}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait here
+            if not (folder / "meta.json").is_file():
+                _build(
+                    folder,
+                    source,
+                    tokenizer,
+                    bpe_vocab_size or 0,
+                    val_fraction,
+                    tokenizer_file,
+                    max_stream_tokens,
+                )
     return open_corpus(folder)
 
 
@@ -302,10 +412,42 @@ def open_corpus(folder: Path) -> Corpus:
     )
 
 
+def open_shards(source: Source, tokenizer_file: str | None) -> Corpus:
+    """A pre-tokenized corpus: every shard memory-mapped in place."""
+    folder = source.paths[0].parent
+    meta = dict(source.identity["meta"])
+    dtype = np.dtype(meta["dtype"])
+    named = meta.get("tokenizer")
+    path = tokenizer_file or (folder / named if isinstance(named, str) else None)
+    tok = FileTokenizer(path) if path else None
+
+    def maps(split: str) -> tuple[np.ndarray, ...]:
+        return tuple(
+            np.memmap(p, dtype=dtype, mode="r") for p in source.paths if p.name.startswith(split)
+        )
+
+    train, val = maps("train"), maps("val")
+    meta.update(
+        source="shards:" + str(folder),
+        source_kind="shards",
+        train_tokens=sum(len(t) for t in train),
+        val_tokens=sum(len(t) for t in val),
+        shards=[len(train), len(val)],
+    )
+    return Corpus(folder, meta, tok, train, val)
+
+
 def _build(
-    folder: Path, source: Source, kind: str, bpe_vocab_size: int, val_fraction: float
+    folder: Path,
+    source: Source,
+    kind: str,
+    bpe_vocab_size: int,
+    val_fraction: float,
+    tokenizer_file: str | None,
+    max_stream_tokens: int,
 ) -> None:
-    docs, given_val = source.documents(STDLIB_MAX_BYTES if source.kind == "hf" else None)
+    given = FileTokenizer(tokenizer_file) if kind == "file" else None
+    docs, given_val = source.documents(max_stream_tokens, given)
     if not any(d.text for d in docs):
         raise UserError(f"the data source {source.name!r} holds no text", key="data")
     train_docs, val_docs = (docs, given_val) if given_val else split_documents(docs, val_fraction)
@@ -314,7 +456,7 @@ def _build(
     if not val_text:
         raise UserError(f"the data source {source.name!r} leaves no validation text", key="data")
     fit_on = [train_text, val_text] if kind == "char" else [train_text]
-    tok = train_tokenizer(kind, fit_on, bpe_vocab_size=bpe_vocab_size)
+    tok = given or train_tokenizer(kind, fit_on, bpe_vocab_size=bpe_vocab_size)
     train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
     dtype = _dtype(tok.vocab_size)
     content = hashlib.sha256()
@@ -341,7 +483,7 @@ def _build(
     try:
         train_ids.astype(dtype).tofile(tmp / "train.bin")
         val_ids.astype(dtype).tofile(tmp / "val.bin")
-        if isinstance(tok, BPETokenizer):
+        if isinstance(tok, BPETokenizer):  # trained here, or a user's file: kept with the tokens
             tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         os.rename(tmp, folder)
@@ -355,13 +497,42 @@ def _build(
 # ---- batches ----------------------------------------------------------------------------------
 
 
+def _shards(tokens: Tokens) -> tuple[np.ndarray, ...]:
+    return tokens if isinstance(tokens, tuple) else (tokens,)
+
+
+def _size_text(tokens: Tokens) -> str:
+    shards = _shards(tokens)
+    if len(shards) == 1:
+        return f"{len(shards[0])} tokens"
+    return f"{max(len(t) for t in shards)} tokens in its longest shard"
+
+
+def _window_starts(tokens: Tokens, length: int) -> np.ndarray:
+    """Cumulative count of the window starts each shard holds (a window of `length` tokens
+    never crosses a shard): starts[i] .. starts[i+1] are shard i's."""
+    counts = [max(0, len(t) - length + 1) for t in _shards(tokens)]
+    return np.concatenate([[0], np.cumsum(counts)])
+
+
+def _windows(tokens: Tokens, starts: np.ndarray, length: int, positions: np.ndarray) -> np.ndarray:
+    """Windows of `length` tokens at global start `positions` (rows of int64)."""
+    shards = _shards(tokens)
+    which = np.searchsorted(starts, positions, side="right") - 1
+    return np.stack(
+        [shards[k][p - starts[k] : p - starts[k] + length] for k, p in zip(which, positions)]
+    ).astype(np.int64)
+
+
 class Batches:
     """Random training windows (nanoGPT's `get_batch`), from a seeded, checkpointable stream."""
 
-    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int):
-        if len(tokens) < seq_len + 2:
+    def __init__(self, tokens: Tokens, batch_size: int, seq_len: int, seed: int):
+        # nanoGPT draws starts in [0, len - T - 1): one window start fewer than fit
+        self.starts = _window_starts(tokens, seq_len + 2)
+        if self.starts[-1] < 1:
             raise UserError(
-                f"the training split has {len(tokens)} tokens, fewer than seq_len + 2 = "
+                f"the training split has {_size_text(tokens)}, fewer than seq_len + 2 = "
                 f"{seq_len + 2}",
                 key="seq_len",
             )
@@ -369,10 +540,11 @@ class Batches:
         self.rng = np.random.default_rng(seed)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
-        """(inputs, targets), each (batch_size, seq_len) int64; targets are inputs shifted by 1."""
+        """(inputs, targets), each (batch_size, seq_len) int64; targets are inputs shifted by 1.
+        Starts are uniform over every shard's windows."""
         T = self.seq_len
-        starts = self.rng.integers(0, len(self.tokens) - T - 1, size=self.batch_size)
-        rows = np.stack([self.tokens[s : s + T + 1] for s in starts]).astype(np.int64)
+        positions = self.rng.integers(0, self.starts[-1], size=self.batch_size)
+        rows = _windows(self.tokens, self.starts, T + 1, positions)
         return np.ascontiguousarray(rows[:, :-1]), np.ascontiguousarray(rows[:, 1:])
 
     def state(self) -> dict[str, Any]:
@@ -382,14 +554,16 @@ class Batches:
         self.rng.bit_generator.state = state
 
 
-def eval_windows(tokens: np.ndarray, seq_len: int, n: int) -> np.ndarray:
-    """`n` windows of `seq_len + 1` tokens spread evenly over a split: the same for every
-    architecture and every eval point, so validation losses compare without sampling noise."""
-    if len(tokens) < seq_len + 1:
+def eval_windows(tokens: Tokens, seq_len: int, n: int) -> np.ndarray:
+    """`n` windows of `seq_len + 1` tokens spread evenly over a split (over all its shards):
+    the same for every architecture and every eval point, so validation losses compare without
+    sampling noise."""
+    starts = _window_starts(tokens, seq_len + 1)
+    if starts[-1] < 1:
         raise UserError(
-            f"the validation split has {len(tokens)} tokens, fewer than seq_len + 1 = "
+            f"the validation split has {_size_text(tokens)}, fewer than seq_len + 1 = "
             f"{seq_len + 1}",
             key="seq_len",
         )
-    starts = np.linspace(0, len(tokens) - seq_len - 1, num=n).round().astype(np.int64)
-    return np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    positions = np.linspace(0, starts[-1] - 1, num=n).round().astype(np.int64)
+    return _windows(tokens, starts, seq_len + 1, positions)

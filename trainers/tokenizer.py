@@ -1,10 +1,13 @@
-"""Tokenizers for sandbox trials: bytes (default), characters, or a locally trained BPE.
+"""Tokenizers for sandbox trials: bytes (default), characters, a locally trained BPE, or a
+user's `tokenizer.json`.
 
 - `byte`: UTF-8 bytes, vocabulary 256; needs no training and fits every byte-level model.
 - `char`: one token per distinct character of the corpus, in sorted order (nanoGPT's
   shakespeare_char convention: 65 characters for Tiny Shakespeare).
 - `bpe`: a byte-level BPE trained with the `tokenizers` library on the training split only,
   saved as `tokenizer.json` next to the cached tokens.
+- `file`: any Hugging Face `tokenizers` file (GPT-2's, Llama's, Qwen's `tokenizer.json`), named by
+  the trial's `tokenizer_file`; its vocabulary size includes the added special tokens.
 
 Every tokenizer encodes a whole text to a numpy array and reports a JSON-able `spec` that the
 data cache stores beside the tokens and uses to rebuild the tokenizer.
@@ -20,7 +23,7 @@ import numpy as np
 
 from archsearch.errors import UserError
 
-KINDS = ("byte", "char", "bpe")
+KINDS = ("byte", "char", "bpe", "file")
 MIN_BPE_VOCAB = 257  # the 256 byte symbols plus at least one merge
 
 
@@ -121,7 +124,24 @@ class BPETokenizer:
         return {"kind": self.kind, "vocab_size": self.vocab_size, "file": "tokenizer.json"}
 
 
-Tokenizer = ByteTokenizer | CharTokenizer | BPETokenizer
+class FileTokenizer(BPETokenizer):
+    """A user's `tokenizer.json` (any model the `tokenizers` library reads), kept as a copy
+    beside the cached tokens."""
+
+    kind = "file"
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer
+
+        try:
+            super().__init__(Tokenizer.from_file(str(path)))
+        except Exception as err:  # the library raises its own exception types
+            raise UserError(
+                f"cannot read tokenizer file {str(path)!r}: {err}", key="tokenizer_file"
+            ) from None
+
+
+Tokenizer = ByteTokenizer | CharTokenizer | BPETokenizer | FileTokenizer
 
 
 def check_kind(kind: str, key: str = "tokenizer") -> str:
@@ -137,6 +157,8 @@ def train_tokenizer(kind: str, texts: Sequence[str], *, bpe_vocab_size: int) -> 
         return ByteTokenizer()
     if kind == "char":
         return CharTokenizer.train(texts)
+    if kind == "file":
+        raise ValueError("a tokenizer file is read, not trained (FileTokenizer)")
     return BPETokenizer.train(texts, bpe_vocab_size)
 
 
@@ -146,4 +168,6 @@ def load_tokenizer(spec: dict[str, Any], folder: Path) -> Tokenizer:
         return ByteTokenizer()
     if spec["kind"] == "char":
         return CharTokenizer(spec["chars"])
+    if spec["kind"] == "file":
+        return FileTokenizer(folder / spec["file"])
     return BPETokenizer.load(folder / spec["file"])

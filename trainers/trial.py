@@ -4,8 +4,16 @@
 
 The trial follows nanoGPT's `train.py`: random windows of the tokenized corpus, AdamW with decay
 on matrices only, a learning-rate schedule over the budget (`archsearch.trainers.schedule`),
-global-norm gradient clipping, optional bf16 autocast on CPU, and a fixed number of torch
-threads. A budget in FLOPs gives every candidate the same training compute (seed PLM section
+global-norm gradient clipping, a fixed number of torch threads, and a global batch of
+`batch_size` sequences built from micro batches of `micro_batch_size` by gradient accumulation.
+The trial runs on `train.device` (`archsearch.trainers.device`: model, optimizer state, batches
+and evaluation on it, autocast to `precision`, fused AdamW, pinned asynchronous copies on CUDA);
+with `compile` its model runs under `torch.compile` (inductor), and a model that does not compile
+trains eagerly, the reason kept in `execution["compile_fallback"]`. Inside a `torch.distributed`
+group (data-parallel workers, `archsearch.sweep.trainable`) every worker draws the same global
+batch and trains on its share under DDP; rank 0 alone writes checkpoints and the result.
+
+A budget in FLOPs gives every candidate the same training compute (seed PLM section
 4.1 compares candidates by FLOPs): `tokens = flops / train_flops_per_token(arch, seq_len)`.
 
 At each fraction of `eval_at` the trial measures the validation loss on fixed, evenly spread
@@ -16,6 +24,10 @@ loss or gradient norm ends the trial as `failed` with the reason.
 
 With `objective: probe` (or `both`, after the LM run) a fresh model is trained on each synthetic
 probe task (`archsearch.trainers.probes`) for `probe_steps` steps and scored by accuracy.
+
+An allocation the device refuses ends the trial as `failed` with the allocator's figure
+("out of memory on cuda:0: Tried to allocate 2.00 GiB ..."). Checkpoints hold CPU tensors and load
+with `map_location="cpu"`, so a trial resumes on another device than the one it started on.
 """
 
 from __future__ import annotations
@@ -41,9 +53,19 @@ from archsearch.errors import UserError
 from archsearch.trainers import checkpoint
 from archsearch.trainers.config import Budget, TrainConfig, parse_budget
 from archsearch.trainers.data import Batches, Corpus, eval_windows, load_corpus
+from archsearch.trainers.device import (
+    Placement,
+    autocast,
+    grad_scaler,
+    is_out_of_memory,
+    out_of_memory_reason,
+    resolve_device,
+    to_cpu,
+    to_device,
+)
 from archsearch.trainers.probes import IGNORE, Probe
 
-__all__ = ["TrainConfig", "TrialFailed", "TrialResult", "run_trial", "train_tokens"]
+__all__ = ["Placement", "TrainConfig", "TrialFailed", "TrialResult", "run_trial", "train_tokens"]
 
 Report = Callable[[dict[str, Any]], bool | None]
 Progress = Callable[[float, dict[str, Any]], None]
@@ -75,6 +97,8 @@ class TrialResult:
     evals: list[dict[str, float]] = field(default_factory=list)
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from_step: int | None = None
+    # where it ran: device, workers, precision, compile, micro batches, peak device memory
+    execution: dict[str, Any] = field(default_factory=dict)
     key: str = ""
     config: dict[str, Any] = field(default_factory=dict)
 
@@ -110,10 +134,15 @@ def train_tokens(arch: ArchConfig, cfg: TrainConfig) -> int | None:
 # ---- helpers ----------------------------------------------------------------------------------
 
 
+# settings that say where and how a trial runs, not what it trains: a checkpoint resumes under
+# other values (another device, micro batch or compile setting)
+EXECUTION_SETTINGS = ("cache_dir", "keep_checkpoint", "device", "compile", "micro_batch_size")
+
+
 def trial_key(arch: ArchConfig, cfg: TrainConfig) -> str:
     """Identifies what a run directory holds: the architecture and the settings that shape
-    training (not where the cache lives or whether the checkpoint is kept)."""
-    settings = {k: v for k, v in cfg.to_dict().items() if k not in ("cache_dir", "keep_checkpoint")}
+    training (not where it runs, where the cache lives or whether the checkpoint is kept)."""
+    settings = {k: v for k, v in cfg.to_dict().items() if k not in EXECUTION_SETTINGS}
     blob = json.dumps({"arch": arch.to_dict(), "train": settings}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -134,18 +163,41 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def _autocast(cfg: TrainConfig):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bf16")
+FUSED_ADAMW_DEVICES = ("cpu", "cuda", "mps")  # torch's fused AdamW kernels (torch >= 2.4)
 
 
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices and embeddings (dim >= 2), not on norms and biases."""
+def make_optimizer(
+    model: torch.nn.Module, cfg: TrainConfig, device: torch.device | None = None
+) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices and embeddings (dim >= 2), not on norms and biases; the
+    fused kernel on devices that have one (one kernel for all parameters instead of a loop)."""
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    fused = (device or next(iter(params)).device).type in FUSED_ADAMW_DEVICES
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused)
+
+
+def _world() -> tuple[int, int]:
+    """(rank, world size) of this process's data-parallel group; (0, 1) outside one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _all_reduce(values: list[float], device: torch.device, op: str = "sum") -> list[float]:
+    """Sum (or max) numbers over the data-parallel group; the numbers themselves outside one."""
+    import torch.distributed as dist
+
+    if _world()[1] == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.tolist()
 
 
 def _build(arch: ArchConfig, seed: int) -> torch.nn.Module:
@@ -155,50 +207,85 @@ def _build(arch: ArchConfig, seed: int) -> torch.nn.Module:
     return build_model(arch)
 
 
-def _step(model, opt, cfg: TrainConfig, lr: float, x, y, where: str) -> float:
-    for group in opt.param_groups:
+@dataclass
+class _Runner:
+    """What one optimizer step needs besides the batch: the model as trained (DDP and/or
+    compiled around `net`), the optimizer, the loss scaler, the device and the numerics."""
+
+    net: torch.nn.Module  # the plain module: parameters, state dicts, evaluation
+    model: torch.nn.Module  # what the training step calls
+    opt: torch.optim.Optimizer
+    device: torch.device
+    precision: str
+    grad_clip: float
+    scaler: torch.amp.GradScaler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.scaler = grad_scaler(self.device, self.precision)
+
+
+def _step(run: _Runner, lr: float, micro: list[tuple[np.ndarray, np.ndarray]], where: str) -> float:
+    """One optimizer step over micro batches (gradients accumulated; under DDP synchronised on
+    the last one only); returns the mean training loss over the whole global batch."""
+    for group in run.opt.param_groups:
         group["lr"] = lr
-    with _autocast(cfg):
-        _, loss = model(x, y)  # mean CE over targets != IGNORE, plus any MoE auxiliary loss
-    value = loss.item()
+    losses = []
+    for i, (xs, ys) in enumerate(micro):
+        x, y = to_device(xs, run.device), to_device(ys, run.device)
+        no_sync = getattr(run.model, "no_sync", None)  # DDP: all-reduce on the last one only
+        accumulate = no_sync() if no_sync and i < len(micro) - 1 else contextlib.nullcontext()
+        with accumulate, autocast(run.device, run.precision):
+            _, loss = run.model(x, y)  # mean CE over targets != IGNORE, plus any MoE aux loss
+            losses.append(loss.detach().float())
+            run.scaler.scale(loss / len(micro)).backward()
+    value = _all_reduce([torch.stack(losses).mean().item()], run.device)[0] / _world()[1]
     if not math.isfinite(value):
         raise TrialFailed(f"{where}: training loss became {value} (lr {lr:.3g})")
-    loss.backward()
-    if cfg.grad_clip > 0:
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if not torch.isfinite(norm):
+    if run.grad_clip > 0:
+        run.scaler.unscale_(run.opt)
+        norm = torch.nn.utils.clip_grad_norm_(run.net.parameters(), run.grad_clip)
+        if not torch.isfinite(norm) and not run.scaler.is_enabled():  # fp16: the scaler skips
             raise TrialFailed(f"{where}: gradient norm became {norm.item()} (lr {lr:.3g})")
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    run.scaler.step(run.opt)
+    run.scaler.update()
+    run.opt.zero_grad(set_to_none=True)
     return value
 
 
 @torch.no_grad()
-def evaluate_lm(model, windows: np.ndarray, batch_size: int, cfg: TrainConfig) -> float:
-    """Mean next-token cross-entropy (nats per token) over fixed validation windows."""
+def evaluate_lm(
+    model, windows: np.ndarray, batch_size: int, cfg: TrainConfig, device: torch.device
+) -> float:
+    """Mean next-token cross-entropy (nats per token) over fixed validation windows; a
+    data-parallel group splits the windows between its workers and sums."""
+    rank, world = _world()
     model.eval()
     total, count = 0.0, 0
-    for i in range(0, len(windows), batch_size):
-        rows = torch.from_numpy(windows[i : i + batch_size])
+    mine = windows[rank::world]
+    for i in range(0, len(mine), batch_size):
+        rows = to_device(np.ascontiguousarray(mine[i : i + batch_size]), device)
         x, y = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
-        with _autocast(cfg):
+        with autocast(device, cfg.precision):
             logits, _ = model(x)
         total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
         count += y.numel()
     model.train()
+    total, count = _all_reduce([total, count], device)
     return total / count
 
 
 @torch.no_grad()
-def evaluate_probe(model, probe: Probe, cfg: TrainConfig) -> tuple[float, float]:
+def evaluate_probe(
+    model, probe: Probe, cfg: TrainConfig, device: torch.device
+) -> tuple[float, float]:
     """(accuracy, loss) on the scored positions of the probe's fixed evaluation set."""
     model.eval()
     xs, ys = probe.eval_set(cfg.probe_eval_size)
     correct, scored, loss = 0, 0, 0.0
     for i in range(0, len(xs), cfg.probe_batch_size):
-        x = torch.from_numpy(xs[i : i + cfg.probe_batch_size])
-        y = torch.from_numpy(ys[i : i + cfg.probe_batch_size])
-        with _autocast(cfg):
+        x = to_device(xs[i : i + cfg.probe_batch_size], device)
+        y = to_device(ys[i : i + cfg.probe_batch_size], device)
+        with autocast(device, cfg.precision):
             logits, _ = model(x)
         keep = y != IGNORE
         logits = logits.float()[keep]
@@ -220,29 +307,44 @@ def run_trial(
     report: Report | None = None,
     resume: bool = True,
     progress: Progress | None = None,
+    placement: Placement | None = None,
 ) -> TrialResult:
     """Train `arch` under `cfg`, checkpointing into `run_dir`; see the module docstring.
 
     `report(metrics)` is called at each eval point with `fraction`, `step`, `tokens`, `flops`,
     `val_loss`, `val_ppl`, `train_loss` (LM) or the probe accuracy (probe-only trials); a true
     return value stops the trial. `progress(fraction, info)` is called every `log_every` steps.
+    `placement` is what Ray assigned (`train.device: auto` follows it); a device the machine
+    lacks, or fp16 on the CPU, raises a `UserError` before anything is read or trained.
     """
+    device = resolve_device(cfg.device, cfg.precision, placement or Placement())
+    rank, _ = _world()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     key = trial_key(arch, cfg)
     saved = run_dir / checkpoint.RESULT
     if resume and saved.is_file():
-        result = TrialResult.from_dict(json.loads(saved.read_text()))
+        try:
+            result = TrialResult.from_dict(json.loads(saved.read_text()))
+        except (ValueError, TypeError, KeyError) as err:  # a damaged or foreign result file
+            raise UserError(
+                f"cannot read the finished trial's result ({type(err).__name__}: {err}); "
+                "remove it to train again",
+                source=str(saved),
+            ) from None
         _check_key(result.key, key, run_dir)
         return result
     state = checkpoint.load_checkpoint(run_dir) if resume else None
     if state is not None:
         _check_key(state["key"], key, run_dir)
     with torch_threads(cfg.threads):
-        result = _Trial(arch, cfg, run_dir, key, report, progress).run(state)
-    checkpoint.save_json(saved, result.to_dict())
-    if not cfg.keep_checkpoint:
-        (run_dir / checkpoint.CHECKPOINT).unlink(missing_ok=True)
+        trial = _Trial(arch, cfg, run_dir, key, report, progress)
+        trial.device, trial.placement = device, placement or Placement()
+        result = trial.run(state)
+    if rank == 0:
+        checkpoint.save_json(saved, result.to_dict())
+        if not cfg.keep_checkpoint:
+            (run_dir / checkpoint.CHECKPOINT).unlink(missing_ok=True)
     return result
 
 
@@ -273,10 +375,12 @@ class _Trial:
             key=key,
             config=cfg.to_dict(),
         )
-        self.model: torch.nn.Module | None = None
-        self.opt = None
+        self.device = torch.device("cpu")
+        self.placement = Placement()
+        self.runner: _Runner | None = None
         self.batches: Batches | None = None
         self.prior_wall = 0.0
+        self.compiling = False  # until the first compiled step succeeds
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -290,13 +394,45 @@ class _Trial:
         }
         if phase == "lm":
             state["torch_rng"] = torch.get_rng_state()
-            state["model"] = self.model.state_dict()
-            state["optimizer"] = self.opt.state_dict()
+            state["model"] = to_cpu(self.runner.net.state_dict())
+            state["optimizer"] = to_cpu(self.runner.opt.state_dict())
             state["data_rng"] = self.batches.state()
-        checkpoint.save_checkpoint(self.run_dir, state)
+        if _world()[0] == 0:  # the workers of a data-parallel group hold the same state
+            checkpoint.save_checkpoint(self.run_dir, state)
 
     def _sample_rss(self) -> None:
         self.result.peak_rss_bytes = max(self.result.peak_rss_bytes, _rss())
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            ex = self.result.execution
+            ex["peak_device_bytes"] = max(ex.get("peak_device_bytes", 0), int(peak))
+
+    def _execution(self) -> dict[str, Any]:
+        """Where and how this trial runs: recorded with its result."""
+        import platform
+
+        world = _world()[1]
+        here = f"{platform.node()}:{self.device}"
+        devices = [here]
+        if world > 1:
+            import torch.distributed as dist
+
+            devices = [None] * world
+            dist.all_gather_object(devices, here)
+        cfg = self.cfg
+        micro = cfg.micro_batch_size or cfg.batch_size // world
+        return {
+            "device": str(self.device),
+            "gpu_ids": None if self.placement.gpu_ids is None else list(self.placement.gpu_ids),
+            "workers": world,
+            "worker_devices": devices,
+            "precision": str(cfg.precision),
+            "micro_batch_size": micro,
+            "accumulation_steps": cfg.batch_size // world // micro,
+            "compile": bool(cfg.compile),
+            "fused_adamw": self.device.type in FUSED_ADAMW_DEVICES,
+            "torch": torch.__version__,
+        }
 
     def _check_fits(self, vocab: int, seq_len: int, what: str, keys: tuple[str, str]) -> None:
         """The data must fit the model: `keys` name the vocabulary and length settings."""
@@ -321,6 +457,10 @@ class _Trial:
             r.__dict__.update({k: v for k, v in restored.__dict__.items() if k != "config"})
             r.resumed_from_step = r.steps
             self.prior_wall = state["wall_s"]
+            before = r.execution.get("device")
+        r.execution = self._execution()
+        if state is not None and before and before != str(self.device):
+            r.execution["resumed_from_device"] = before
         try:
             stop = False
             if cfg.trains_lm and r.fraction < 1.0:
@@ -329,6 +469,13 @@ class _Trial:
                 self._run_probes()
         except TrialFailed as err:
             r.status, r.failure_reason = "failed", str(err)
+        except Exception as err:
+            if not is_out_of_memory(err):
+                raise
+            reason = out_of_memory_reason(err, self.device)
+            if _world()[1] > 1:  # the other workers wait in a collective: end the group
+                raise RuntimeError(reason) from None
+            r.status, r.failure_reason = "failed", reason
         r.wall_s = self.prior_wall + time.perf_counter() - self.started
         r.tokens_per_s = r.tokens / r.train_s if r.train_s > 0 else 0.0
         self._sample_rss()
@@ -345,6 +492,8 @@ class _Trial:
             bpe_vocab_size=cfg.bpe_vocab_size or self.arch.vocab_size,
             val_fraction=cfg.val_fraction,
             cache_dir=cfg.cache_dir,
+            tokenizer_file=cfg.tokenizer_file,
+            max_stream_tokens=cfg.max_stream_tokens,
         )
         self._check_fits(
             corpus.vocab_size,
@@ -362,27 +511,48 @@ class _Trial:
                 f"the budget {self.budget} buys less than one step of {per_step} tokens "
                 f"({per_step * self.fpt:.3g} FLOPs) for this architecture"
             )
-        self.model = _build(self.arch, cfg.seed)
-        self.opt = make_optimizer(self.model, cfg)
+        net = _build(self.arch, cfg.seed).to(self.device)
+        opt = make_optimizer(net, cfg, self.device)
         self.batches = Batches(corpus.train, cfg.batch_size, cfg.seq_len, cfg.seed)
-        r.n_params = sum(p.numel() for p in self.model.parameters())
+        r.n_params = sum(p.numel() for p in net.parameters())
         if state is not None:
-            self.model.load_state_dict(state["model"])
-            self.opt.load_state_dict(state["optimizer"])
+            net.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])  # moves the state to the parameters' device
             self.batches.set_state(state["data_rng"])
             torch.set_rng_state(state["torch_rng"])
+        self.runner = _Runner(
+            net,
+            self._wrap(net, self.cfg.compile),
+            opt,
+            self.device,
+            str(cfg.precision),
+            cfg.grad_clip,
+        )
+        rank, world = _world()
+        share = cfg.batch_size // world
+        micro = cfg.micro_batch_size or share
+        if cfg.batch_size % world or share % micro:
+            raise UserError(
+                f"batch_size {cfg.batch_size} must split into {world} worker share(s) of whole "
+                f"micro batches of {micro}",
+                key="micro_batch_size",
+            )
         schedule = cfg.lr_schedule
         points = sorted({*cfg.eval_at, 1.0})
         passed = sum(p <= r.fraction for p in points)
         window_losses: list[float] = []
-        self.model.train()
+        net.train()
         while True:
             progress = (r.steps + 1) / total if total else r.train_s / self.budget.amount
             lr = schedule(progress)
-            x, y = (torch.from_numpy(a) for a in self.batches.next())
+            x, y = self.batches.next()  # the global batch; this worker trains on its share
+            x, y = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
+            parts = [(x[i : i + micro], y[i : i + micro]) for i in range(0, share, micro)]
             t0 = time.perf_counter()
-            loss = _step(self.model, self.opt, cfg, lr, x, y, f"step {r.steps}")
+            loss = self._train_step(lr, parts, f"step {r.steps}")
             r.train_s += time.perf_counter() - t0
+            if not total and world > 1:  # time budgets: the workers stop at the same step
+                r.train_s = _all_reduce([r.train_s], self.device, "max")[0]
             r.steps += 1
             r.tokens += per_step
             r.flops = r.tokens * self.fpt
@@ -411,9 +581,44 @@ class _Trial:
             if done >= 1.0:
                 return False
 
+    def _wrap(self, net: torch.nn.Module, compile_: bool) -> torch.nn.Module:
+        """The module the training step calls: DDP in a data-parallel group, then compiled."""
+        model = net
+        if _world()[1] > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            model = DistributedDataParallel(net, device_ids=ids)
+        if compile_:
+            self.compiling = True
+            model = torch.compile(model)
+        return model
+
+    def _train_step(self, lr: float, parts: list, where: str) -> float:
+        """One step; the first compiled step falls back to eager when compiling fails."""
+        if not self.compiling:
+            return _step(self.runner, lr, parts, where)
+        try:
+            loss = _step(self.runner, lr, parts, where)
+        except (TrialFailed, KeyboardInterrupt):
+            raise
+        except Exception as err:
+            if is_out_of_memory(err):
+                raise
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            self.result.execution["compile_fallback"] = f"{type(err).__name__}: {first}"[:500]
+            self.result.execution["compiled"] = False
+            self.runner.model = self._wrap(self.runner.net, compile_=False)
+            self.runner.opt.zero_grad(set_to_none=True)
+            loss = _step(self.runner, lr, parts, where)  # the same batch, eagerly
+        else:
+            self.result.execution["compiled"] = True
+        self.compiling = False
+        return loss
+
     def _eval_point(self, fraction: float, windows: np.ndarray, corpus: Corpus) -> bool:
         cfg, r = self.cfg, self.result
-        val = evaluate_lm(self.model, windows, cfg.batch_size, cfg)
+        val = evaluate_lm(self.runner.net, windows, cfg.batch_size, cfg, self.device)
         if not math.isfinite(val):
             raise TrialFailed(f"step {r.steps}: validation loss became {val}")
         r.fraction = fraction
@@ -424,12 +629,13 @@ class _Trial:
             "flops": r.flops,
             "val_loss": val,
             "val_ppl": math.exp(min(val, 50.0)),
-            "val_bpb": val / math.log(2) / corpus.val_bytes_per_token,
             "train_loss": r.curve[-1][2] if r.curve else float("nan"),
             "elapsed_s": self.prior_wall + time.perf_counter() - self.started,
         }
+        if corpus.val_bytes_per_token:  # bits per byte: known unless shards name no tokenizer
+            point["val_bpb"] = val / math.log(2) / corpus.val_bytes_per_token
         r.evals.append(point)
-        r.metrics.update({k: point[k] for k in ("val_loss", "val_ppl", "val_bpb")})
+        r.metrics.update({k: point[k] for k in ("val_loss", "val_ppl", "val_bpb") if k in point})
         self._sample_rss()
         self._checkpoint("lm")
         return bool(self.report and self.report(dict(point)))
@@ -468,9 +674,16 @@ class _Trial:
         arch = self.arch
         if cfg.probe_untied_head and arch.tie_embeddings:
             arch = dataclasses.replace(arch, tie_embeddings=False)
-        model = _build(arch, cfg.seed)
+        model = _build(arch, cfg.seed).to(self.device)
         self.result.n_params = sum(p.numel() for p in model.parameters())
-        opt = make_optimizer(model, cfg)
+        run = _Runner(
+            model,
+            model,
+            make_optimizer(model, cfg, self.device),
+            self.device,
+            str(cfg.precision),
+            cfg.grad_clip,
+        )
         rng = probe.train_rng(cfg.seed)
         schedule = cfg.lr_schedule
         curve, window = [], []
@@ -480,9 +693,8 @@ class _Trial:
             x, y = probe.batch(rng, cfg.probe_batch_size)
             while not (y != IGNORE).any():  # a short recall batch may repeat no key at all
                 x, y = probe.batch(rng, cfg.probe_batch_size)
-            x, y = torch.from_numpy(x), torch.from_numpy(y)
             lr = schedule((step + 1) / cfg.probe_steps)
-            window.append(_step(model, opt, cfg, lr, x, y, f"probe {probe.task} step {step}"))
+            window.append(_step(run, lr, [(x, y)], f"probe {probe.task} step {step}"))
             if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.probe_steps:
                 curve.append([step + 1, float(np.mean(window))])
                 window.clear()
@@ -491,7 +703,7 @@ class _Trial:
                     info = {"phase": f"probe {probe.task}", "step": step + 1, "loss": curve[-1][1]}
                     info["steps"] = cfg.probe_steps
                     self.progress(done, info)
-        acc, loss = evaluate_probe(model, probe, cfg)
+        acc, loss = evaluate_probe(model, probe, cfg, self.device)
         self._sample_rss()
         return {
             "acc": acc,

@@ -23,6 +23,10 @@ class Command:
     handler: str  # "module:function", called with (subcommand, cfg)
     subcommands: tuple[str, ...] = ()
     examples: tuple[str, ...] = ()
+    positional: str | None = None  # the key a bare first argument sets (check-mixer's mixer)
+    # "module:function" returning key=value settings applied before the command line's own
+    # (called with them): `train` on an exported trial takes the trial's training recipe
+    presets: str = ""
 
 
 COMMANDS: dict[str, Command] = {
@@ -48,7 +52,9 @@ COMMANDS: dict[str, Command] = {
             "archsearch train arch=baby_gpt data=input.txt tokenizer=char seq_len=64 "
             "budget=steps:2000",
             "archsearch train arch=tiny_gqa objective=probe probe_tasks=recall,selective_copy",
+            "archsearch train arch=runs/tiny/export/tiny_trial7.yaml  # as the sweep trained it",
         ),
+        presets="archsearch.cli.train_cmd:recipe_settings",
     ),
     "sweep": Command(
         "run a search: cost-prune candidates, train the rest as Ray Tune trials, store the study",
@@ -117,6 +123,17 @@ COMMANDS: dict[str, Command] = {
             "archsearch profile arch=tiny_gqa,./my_mcsd.yaml device=rpi5",
             "archsearch profile arch=plm_1_8b,mcsd_1_6b measure=false lengths=[1024,4096,16384]",
         ),
+    ),
+    "check-mixer": Command(
+        "run the conformance kit on a sequence mixer: decode = parallel, causality, state, "
+        "gradients, traced costs",
+        "check_mixer",
+        "archsearch.cli.plugin_cmd:check_mixer_cmd",
+        examples=(
+            "archsearch check-mixer my_pkg.mixers:MyMixer",
+            "archsearch check-mixer hyena.long_conv d_model=64 tokens=40",
+        ),
+        positional="mixer",
     ),
 }
 
@@ -207,14 +224,14 @@ def _declared_in(schema: type, key: str) -> str:
 
 def _contain_caches() -> None:
     """Libraries' caches go under the system temp dir unless the user chose a place: nothing
-    is written into the home directory by surprise (matplotlib's font cache, Ray's token)."""
+    is written into the home directory by surprise (matplotlib's font cache; Ray's token is
+    `archsearch.sweep.ray_runtime.contain_ray`'s concern)."""
     import os
     import tempfile
 
     os.environ.setdefault(
         "MPLCONFIGDIR", os.path.join(tempfile.gettempdir(), "archsearch-matplotlib")
     )
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"archsearch: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("archsearch: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: say what stopped, exit 128 + SIGINT
+        what = str(interrupt) or f"`archsearch {' '.join(argv[:1])}` before it finished"
+        print(f"archsearch: interrupted: {what}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `archsearch ... format=json | head`
         import os
@@ -260,11 +278,16 @@ def _main(argv: list[str]) -> int:
             raise UserError(
                 f"unknown subcommand {name} {sub!r} (known: {', '.join(cmd.subcommands)})"
             )
+    if cmd.positional and rest and "=" not in rest[0] and not rest[0].startswith("-"):
+        rest = [f"{cmd.positional}={rest[0]}", *rest[1:]]
     flags = [a for a in rest if a.startswith("-")]
     if flags:
         raise UserError(f"unknown option {flags[0]!r}; settings are given as key=value")
     from archsearch.cli.config import compose, to_schema
 
+    if cmd.presets:
+        module, func = cmd.presets.split(":")
+        rest = [*getattr(importlib.import_module(module), func)(rest), *rest]
     cfg = to_schema(cmd.config, compose(cmd.config, rest))
     module, func = cmd.handler.split(":")
     return int(getattr(importlib.import_module(module), func)(sub, cfg) or 0)

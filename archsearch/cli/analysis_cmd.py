@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from archsearch.cli import output
+from archsearch.cli.cost_cmd import MAX_REPEATS, MAX_TOKENS
 from archsearch.errors import UserError
-from archsearch.units import human
+from archsearch.resources import check_name, check_writable_dir
+from archsearch.units import human, json_safe
 
 if TYPE_CHECKING:
     from archsearch.analysis.pareto import Pareto
@@ -38,7 +41,10 @@ def pareto_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.pareto import analyse, choose_axes
     from archsearch.analysis.report import default_out_dir, write_outputs
 
-    output.check_format(cfg.format)
+    if not all(math.isfinite(v) for v in cfg.reference):
+        raise UserError(f"give finite numbers, got {list(cfg.reference)}", key="reference")
+    if cfg.out:
+        check_writable_dir(cfg.out, key="out")
     data = _open(cfg)
     device = study_device(cfg.device, data)
     axes, is_default = choose_axes(data, device, cfg.x, cfg.y, cfg.z)
@@ -81,10 +87,9 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
 
 
 def export_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.analysis.export import hf_config
+    from archsearch.analysis.export import RECIPE_SUFFIX, hf_config, write_recipe
     from archsearch.arch import ArchConfig
 
-    output.check_format(cfg.format)
     if cfg.trial is None:
         raise UserError("name the trial to export: trial=N (see `archsearch pareto`)", key="trial")
     data = _open(cfg)
@@ -94,13 +99,11 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
             f"trial {r.number} has no architecture ({r.status or r.state}: {r.reason or '-'})",
             key="trial",
         )
-    name = cfg.name or f"{data.name}_trial{r.number}"
-    if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
-        raise UserError(
-            f"use letters, digits, '_', '-' and '.' in a name, got {name!r}", key="name"
-        )
+    name = check_name(cfg.name or f"{data.name}_trial{r.number}", what="preset", key="name")
     arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
-    out = Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export"
+    out = check_writable_dir(
+        Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export", key="out"
+    )
     out.mkdir(parents=True, exist_ok=True)
     values = dict(zip(data.objectives, r.values)) if r.values is not None else {}
     preset = out / f"{name}.yaml"
@@ -108,10 +111,22 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         f"# Trial {r.number} of study {data.name!r} ({r.status or r.state}); arch hash "
         f"{r.attrs.get('arch_hash')}",
         *[f"#   {k} = {v:.6g}" for k, v in values.items()],
-        f"# Train it in full: archsearch train arch={preset} budget=...",
+        f"# Train it as the sweep did: archsearch train arch={preset}",
+        f"# (the recipe is {preset.stem}{RECIPE_SUFFIX}; add budget=... to train it longer)",
     ]
     preset.write_text("\n".join(header) + "\n" + arch.to_yaml())
     assert ArchConfig.from_yaml(preset).arch_hash == arch.arch_hash  # it reads back the same
+    recipe = None
+    if data.meta.get("train") is not None:
+        recipe = write_recipe(
+            preset,
+            data.meta["train"],
+            [
+                f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
+                "ran it.",
+                f"# archsearch train arch={preset} reads it; key=value on the command line wins.",
+            ],
+        )
     hf = hf_config(arch)
     hf_path = None
     if hf.config is not None:
@@ -126,6 +141,7 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         "arch_hash": arch.arch_hash,
         "summary": arch.summary(),
         "preset": str(preset),
+        "recipe": str(recipe) if recipe else None,
         "hf_config": str(hf_path) if hf_path else None,
         "hf_model_type": hf.model_type,
         "hf_library": hf.library,
@@ -141,6 +157,8 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
     if not r.fully_trained:
         con.print(f"[yellow]note: not a fully trained feasible trial ({r.reason or r.status})")
     con.print(f"preset:      {preset}  (archsearch train arch={preset})")
+    if recipe:
+        con.print(f"recipe:      {recipe}  (the trial's training settings; train reads them)")
     if hf_path is None:
         con.print(f"config.json: not written: {hf.unmapped[0][1]}")
         return 0
@@ -165,7 +183,6 @@ def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.dashboard import PAGE, make_app, optuna_study_path, serve
     from archsearch.study import open_storage, redact
 
-    output.check_format(cfg.format)
     if not 0 <= cfg.port <= 65535:
         raise UserError(f"must be 0 (any free port) to 65535, got {cfg.port}", key="port")
     data = _open(cfg)
@@ -215,20 +232,14 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
     from archsearch.arch import load_arch
     from archsearch.cost.devices import load_device
-    from archsearch.metrics import PRECISIONS, parse_quantity
+    from archsearch.metrics import parse_quantity
 
-    output.check_format(cfg.format)
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
     devices = [d.strip() for d in str(cfg.device).split(",") if d.strip()]
     if not names:
         raise UserError("name at least one architecture", key="arch")
     if not devices:
         raise UserError("name at least one device profile", key="device")
-    if cfg.precision not in PRECISIONS:
-        raise UserError(
-            f"unknown precision {cfg.precision!r} (known: {', '.join(PRECISIONS)})",
-            key="precision",
-        )
     for key in ("prompt", "repeats", "threads"):
         if getattr(cfg, key) <= 0:
             raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
@@ -236,10 +247,16 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         values = list(getattr(cfg, key))
         if not values or min(values) <= 0:
             raise UserError(f"give positive numbers, got {values}", key=key)
+        if max(values) > MAX_TOKENS:
+            raise UserError(f"give numbers up to {MAX_TOKENS:,}, got {values}", key=key)
+    if cfg.repeats > MAX_REPEATS:
+        raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
     max_params = parse_quantity(cfg.max_params, "count", source=None, key="max_params")
     archs = [load_arch(n) for n in names]
     for d in devices:
         load_device(d)
+    out = Path(cfg.out) if cfg.out else Path("runs") / "profile" / "-".join(a.name for a in archs)
+    check_writable_dir(out, key="out")  # before anything is measured
     s = Settings(
         prompt=cfg.prompt,
         lengths=tuple(sorted(set(cfg.lengths))),
@@ -248,13 +265,26 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         threads=cfg.threads,
         precision=cfg.precision,
     )
-    results = profile(archs, devices, s, measure_max_params=max_params if cfg.measure else None)
-    out = Path(cfg.out) if cfg.out else Path("runs") / "profile" / "-".join(a.name for a in archs)
+    from archsearch.cli.progress import StepProgress
+
+    with StepProgress("profile") as progress:
+        results = profile(
+            archs,
+            devices,
+            s,
+            measure_max_params=max_params if cfg.measure else None,
+            progress=progress,
+        )
     files = plot_all(results, devices, s, out)
     rows = summary_rows(results, devices, s)
     files["json"] = out / "profile.json"
     files["json"].write_text(
-        json.dumps({"settings": asdict(s), "devices": devices, "results": results}, indent=2) + "\n"
+        json.dumps(
+            json_safe({"settings": asdict(s), "devices": devices, "results": results}),
+            indent=2,
+            allow_nan=False,
+        )
+        + "\n"
     )
     if cfg.format == "json":
         output.print_json({"summary": rows, "files": {k: str(v) for k, v in files.items()}})

@@ -11,11 +11,14 @@ folders, and every Hydra error must become a one-line `UserError`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any
 
 from archsearch.errors import UserError
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")  # n, ray.address
 
 
 def _register_schemas() -> None:
@@ -105,6 +108,10 @@ def compose(name: str, overrides: list[str]) -> Any:
             raise UserError(
                 f"{text!r}: keys cannot be added or removed; set a known key "
                 "with key=value (see --help)"
+            )
+        if not _KEY.fullmatch(text.split("=", 1)[0]):
+            raise UserError(
+                f"expected key=value with a key such as n or ray.address, got {text!r} (see --help)"
             )
     _register_schemas()
     schema = schemas.SCHEMAS[name]

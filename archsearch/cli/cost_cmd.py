@@ -9,23 +9,27 @@ from typing import Any
 import numpy as np
 
 from archsearch.cli import output
+from archsearch.cli.progress import StepProgress
 from archsearch.errors import UserError
-from archsearch.metrics import PRECISIONS
+from archsearch.resources import check_writable_dir
+from archsearch.units import fmt_ms
+
+MAX_TOKENS = 2**24  # a sequence length (as ArchConfig's max_seq_len)
+MAX_PRUNE = 1_000_000  # candidates `prune` builds and prices
+MAX_REPEATS = 1000  # timed repeats of one measurement
 
 
 def _check_lengths(cfg: Any) -> None:
-    if cfg.precision not in PRECISIONS:
-        raise UserError(
-            f"unknown precision {cfg.precision!r} (known: {', '.join(PRECISIONS)})", key="precision"
-        )
     for key in ("prompt", "context", "generate", "batch"):
         if getattr(cfg, key) <= 0:
             raise UserError(
                 f"must be a positive number of tokens, got {getattr(cfg, key)}", key=key
             )
     for n in cfg.seq_lens:
-        if n <= 0:
-            raise UserError(f"sequence lengths must be positive, got {n}", key="seq_lens")
+        if not 0 < n <= MAX_TOKENS:
+            raise UserError(
+                f"sequence lengths must lie in [1, {MAX_TOKENS:,}], got {n}", key="seq_lens"
+            )
 
 
 # ---- archsearch cost ----------------------------------------------------------------------------
@@ -36,13 +40,14 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.breakdown import cost_report, length_curves
     from archsearch.cost.devices import load_device
 
-    output.check_format(cfg.format)
     _check_lengths(cfg)
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
     if not names:
         raise UserError("name at least one architecture", key="arch")
     archs = [load_arch(a) for a in names]
     device = load_device(cfg.device)
+    if cfg.seq_lens and cfg.plot:
+        check_writable_dir(Path(cfg.plot).parent, key="plot")
     reports = [
         cost_report(
             a,
@@ -123,16 +128,20 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
             ["peak inference memory", output.human(t["memory_bytes"], "B")],
             [
                 "FLOPs",
-                f"prefill {output.human(t['prefill_flops'])}, decode "
-                f"{output.human(t['decode_flops_per_token'])}/token, training "
-                f"{output.human(t['train_flops_per_token'])}/token",
+                f"prefill {output.human(t['prefill_flops'], 'FLOP')}, decode "
+                f"{output.human(t['decode_flops_per_token'], 'FLOP')}/token, training "
+                f"{output.human(t['train_flops_per_token'], 'FLOP')}/token",
             ],
             [
                 "time to first token",
-                f"{t['ttft_ms']:.4g} ms ({t['prefill_tokens_per_s']:.4g} tokens/s)",
+                f"{fmt_ms(t['ttft_ms'])} ({output.human(t['prefill_tokens_per_s'])} tokens/s)",
             ],
-            ["decode", f"{t['decode_ms']:.4g} ms/token ({t['decode_tokens_per_s']:.4g} tokens/s)"],
-            [f"end to end ({s['prompt']} + {s['generate']})", f"{t['e2e_ms']:.4g} ms"],
+            [
+                "decode",
+                f"{fmt_ms(t['decode_ms'])}/token "
+                f"({output.human(t['decode_tokens_per_s'])} tokens/s)",
+            ],
+            [f"end to end ({s['prompt']} + {s['generate']})", fmt_ms(t["e2e_ms"])],
         ]
         for n in rep["notes"]:
             lines.append(["note", n])
@@ -143,34 +152,46 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
 
 
 def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> None:
-    """Memory and latency against sequence length (the seed MCSD Figs. 5-7 kind of picture)."""
-    import matplotlib
+    """Memory and latency against sequence length (the seed MCSD Figs. 5-7 kind of picture),
+    saved as a PNG (`length_figure`)."""
+    fig = length_figure(curves, labels, device, cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for label, curve in zip(labels, curves):
-        x = curve["seq_lens"]
-        axes[0].plot(x, np.array(curve["cache_bytes"]) / 2**20, marker="o", label=label)
-        axes[1].plot(x, curve["decode_ms"], marker="o", label=label)
-        axes[2].plot(x, np.array(curve["e2e_ms"]) / 1e3, marker="o", label=label)
-    titles = (
-        "KV cache / recurrent state (MiB)",
-        "decode latency at that context (ms/token)",
-        f"prompt {cfg.prompt} + that many generated tokens (s)",
+def length_figure(curves, labels: list[str], device, cfg: Any):
+    """The matplotlib Figure of `plot_lengths`: each panel in the unit its largest value
+    reaches (KiB/MiB/GiB), on a log scale where its values span decades."""
+    from matplotlib.figure import Figure
+
+    from archsearch.analysis.plots import log_scale
+    from archsearch.units import scale_for, spans_decades
+
+    fig = Figure(figsize=(15, 4.4))
+    axes = fig.subplots(1, 3)
+    cache = [np.array(c["cache_bytes"], dtype=float) for c in curves]
+    scale, unit = scale_for("bytes", np.concatenate(cache))
+    panels = (
+        ([c / scale for c in cache], f"KV cache / recurrent state ({unit})"),
+        ([np.array(c["decode_ms"], dtype=float) for c in curves], "decode latency (ms/token)"),
+        (
+            [np.array(c["e2e_ms"], dtype=float) / 1e3 for c in curves],
+            f"prompt {cfg.prompt} + generated tokens (s)",
+        ),
     )
-    for ax, title in zip(axes, titles):
-        ax.set_xscale("log", base=2)
+    for ax, (ys, ylabel) in zip(axes, panels):
+        for label, curve, y in zip(labels, curves, ys):
+            ax.plot(curve["seq_lens"], y, marker="o", label=label)
+        log_scale(ax, "x", base=2)
+        if spans_decades(np.concatenate(ys)):
+            log_scale(ax, "y")
         ax.set_xlabel("sequence length (tokens)")
-        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"predicted on {device.name}, {cfg.precision}, batch {cfg.batch}")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 # ---- archsearch prune ---------------------------------------------------------------------------
@@ -181,14 +202,16 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.table import prune, rank
     from archsearch.space import open_space
 
-    output.check_format(cfg.format)
     for key in ("limit", "show"):
         if getattr(cfg, key) < 0 or (key == "limit" and cfg.limit == 0):
             raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
+    if cfg.limit > MAX_PRUNE:
+        raise UserError(f"must be at most {MAX_PRUNE:,}, got {cfg.limit}", key="limit")
     space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
     device = load_device(cfg.device).name
     t0 = time.perf_counter()
-    res = prune(space, device, limit=cfg.limit, seed=cfg.seed)
+    with StepProgress(f"prune {space.name}") as progress:
+        res = prune(space, device, limit=cfg.limit, seed=cfg.seed, progress=progress)
     elapsed = time.perf_counter() - t0
     survivors = res.survivors
     order = rank(space, survivors, device)
@@ -254,7 +277,9 @@ def _fmt_metric(name: str, v: float) -> str:
     if "bytes" in name:
         return output.human(v, "B")
     if name.startswith(("ttft", "decode", "e2e")):
-        return f"{v:.4g} ms"
+        return fmt_ms(v)
+    if "flops" in name:
+        return output.human(v, "FLOP")
     return output.human(v)
 
 
@@ -265,13 +290,16 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.calibrate import calibrate, write_profile
     from archsearch.cost.devices import devices_dir
 
-    output.check_format(cfg.format)
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")
+    if cfg.repeats > MAX_REPEATS:
+        raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
     path = Path(cfg.output) if cfg.output else devices_dir() / "local.yaml"
     if path.exists() and path.is_dir():
         raise UserError(f"{str(path)!r} is a folder; give a .yaml file", key="output")
-    result = calibrate(cfg.threads, cfg.repeats, cfg.quick)
+    check_writable_dir(path.parent, key="output")  # before minutes of measuring
+    with StepProgress("calibrate") as progress:
+        result = calibrate(cfg.threads, cfg.repeats, cfg.quick, progress=progress)
     write_profile(result["profile"], path)
     if cfg.format == "json":
         output.print_json({"path": str(path), **result})

@@ -5,22 +5,12 @@ call them as `output.human` / `output.fmt_value`."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from typing import Any
 
-from archsearch.errors import UserError
-from archsearch.units import fmt_value, human
+from archsearch.units import fmt_value, human, json_safe
 
-__all__ = ["FORMATS", "check_format", "console", "fmt_value", "human", "print_json", "table"]
-
-FORMATS = ("table", "json")
-
-
-def check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise UserError(f"unknown format {fmt!r} (known: {', '.join(FORMATS)})", key="format")
-    return fmt
+__all__ = ["console", "fmt_value", "human", "print_json", "table"]
 
 
 def console():
@@ -49,13 +39,6 @@ def table(
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=_jsonable)
+    """Strict JSON: NaN and infinities print as null, never as a bare NaN or Infinity."""
+    json.dump(json_safe(data), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if hasattr(v, "tolist"):
-        return v.tolist()
-    return str(v)

@@ -145,6 +145,15 @@ class ProfileConfig:
     format: Format = MISSING
 
 
+@dataclass
+class CheckMixerConfig:
+    mixer: str | None = MISSING
+    d_model: int = MISSING
+    tokens: int = MISSING
+    batch: int = MISSING
+    format: Format = MISSING
+
+
 SCHEMAS: dict[str, type] = {
     "space": SpaceConfig,
     "train": TrainCmdConfig,
@@ -156,4 +165,5 @@ SCHEMAS: dict[str, type] = {
     "export": ExportConfig,
     "dashboard": DashboardConfig,
     "profile": ProfileConfig,
+    "check_mixer": CheckMixerConfig,
 }

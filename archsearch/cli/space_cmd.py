@@ -9,9 +9,10 @@ from archsearch.cli import output
 from archsearch.errors import UserError
 from archsearch.space import Fixed, SearchSpace, count, open_space, sample
 
+MAX_SAMPLE = 10_000  # candidates one `space sample` draws
+
 
 def run(sub: str, cfg: Any) -> int:
-    output.check_format(cfg.format)
     space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
     if sub == "show":
         return show(space, cfg.format)
@@ -111,6 +112,8 @@ def show(space: SearchSpace, fmt: str) -> int:
 def sample_cmd(space: SearchSpace, n: int, seed: int, fmt: str) -> int:
     if n <= 0:
         raise UserError(f"must be positive, got {n}", key="n")
+    if n > MAX_SAMPLE:
+        raise UserError(f"must be at most {MAX_SAMPLE:,}, got {n}", key="n")
     result = sample(space, n, seed)
     records = [
         {

@@ -14,7 +14,48 @@ def run(_sub: str | None, cfg: Any) -> int:
     space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
     summary = run_sweep(space, cfg)
     print_summary(summary, fmt=cfg.format)
-    return 0
+    return 1 if summary["outcome"] == "gave_up" else 0
+
+
+STATUS_WORDS = {
+    "trained": "trained",
+    "stopped_early": "stopped early",
+    "failed": "failed",
+    "infeasible": "pruned by cost",
+    "invalid": "invalid",
+    "duplicate": "duplicates",
+    "interrupted": "interrupted",
+}
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """'12 trained, 3 stopped early, 4 pruned by cost' (statuses in a fixed order)."""
+    parts = [f"{counts[k]} {w}" for k, w in STATUS_WORDS.items() if counts.get(k)]
+    return ", ".join(parts) or "nothing"
+
+
+def headline(summary: dict[str, Any]) -> str:
+    """What the run did, in the words of `trials=`: fully trained architectures."""
+    from archsearch.units import fmt_duration
+
+    name, want, have = summary["study_name"], summary["trials"], summary["trained_in_study"]
+    if summary["outcome"] == "nothing_to_do":
+        return (
+            f"study {name} already holds {have} trained trials; nothing to do "
+            f"(trials={have + 10} adds 10)"
+        )
+    text = (
+        f"study {name}: {have} of {want} trained (trials={want}); this run: "
+        f"{counts_text(summary['counts'])} in {fmt_duration(summary['wall_s'])}"
+    )
+    if summary["outcome"] == "exhausted":
+        text += "; the space has no new feasible architecture left"
+    elif summary["outcome"] == "gave_up":
+        text += (
+            f"; gave up after {summary['counts'].get('failed', 0)} failed trials "
+            f"(max_failures; the reasons: archsearch pareto study={summary['run_dir']})"
+        )
+    return text
 
 
 def print_summary(summary: dict[str, Any], *, fmt: str) -> None:
@@ -42,13 +83,8 @@ def print_summary(summary: dict[str, Any], *, fmt: str) -> None:
         )
         return
     con = output.console()
-    counts = summary["counts"]
-    con.print(
-        f"\n[bold]study {escape(summary['study_name'])}[/bold]: {n_trials} trials "
-        f"({summary['trained_in_study']} trained; this run: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "launched")
-        + f") in {summary['wall_s']:.0f} s"
-    )
+    con.print("\n" + escape(headline(summary)))
+    con.print(escape(f"in the study: {n_trials} trials, {counts_text(summary['in_study'])}"))
     if done.pareto is not None:
         print_front(done.pareto, done.files)
     else:

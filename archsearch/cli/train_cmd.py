@@ -8,6 +8,7 @@ from typing import Any
 
 from archsearch.cli import output
 from archsearch.cli.schemas import TrainCmdConfig
+from archsearch.resources import check_writable_dir
 
 
 def run(sub: str | None, cfg: TrainCmdConfig) -> int:
@@ -18,6 +19,7 @@ def run(sub: str | None, cfg: TrainCmdConfig) -> int:
     arch = load_arch(cfg.arch)
     train = cfg.trial_config()
     run_dir = Path(cfg.run_dir or f"runs/train/{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    check_writable_dir(run_dir, key="run_dir")
     if cfg.format == "json":
         result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume)
         files = write_curves(result, run_dir)
@@ -26,6 +28,10 @@ def run(sub: str | None, cfg: TrainCmdConfig) -> int:
     con = output.console()
     con.print(f"[bold]{arch.name}[/bold]: {arch.summary()}")
     con.print(f"budget {train.parsed_budget}, run directory {run_dir}")
+    if recipe_settings([f"arch={cfg.arch}"]):
+        from archsearch.analysis.export import recipe_path
+
+        con.print(f"training recipe: {recipe_path(Path(cfg.arch))} (key=value overrides it)")
     with _Bar(con) as bar:
         result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume, progress=bar.update)
     files = write_curves(result, run_dir)
@@ -33,6 +39,37 @@ def run(sub: str | None, cfg: TrainCmdConfig) -> int:
     con.print("loss curve: " + ", ".join(str(p) for p in files.values()))
     con.print(f"result: {run_dir / 'result.json'}")
     return 0 if result.status == "completed" else 1
+
+
+def recipe_settings(args: list[str]) -> list[str]:
+    """The training recipe beside an exported preset (`arch=PATH`, `PATH.train.yaml` next to
+    it) as key=value settings, so `archsearch train` trains an exported trial as its sweep did;
+    the command line's own settings come after them and win."""
+    from archsearch import yamlio
+    from archsearch.analysis.export import recipe_path
+    from archsearch.trainers.config import TrainConfig
+
+    arch = next((a.split("=", 1)[1] for a in args if a.startswith("arch=")), "")
+    if not arch.endswith((".yaml", ".yml")) or not recipe_path(Path(arch)).is_file():
+        return []
+    path = recipe_path(Path(arch))
+    data = yamlio.load(path) or {}
+    settings = TrainConfig.from_dict(data, source=str(path)).to_dict()
+    return [f"{key}={_hydra_value(value)}" for key, value in settings.items()]
+
+
+def _hydra_value(value: Any) -> str:
+    """A value in Hydra's override grammar (strings quoted, lists in brackets)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{text}'"
 
 
 class _Bar:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from archsearch.arch import ArchConfig
-from archsearch.cost import model
+from archsearch.cost import model, traced
 from archsearch.cost.counts import block_modules, model_ops, params, state_elements
 from archsearch.cost.devices import DeviceProfile
 from archsearch.cost.evaluate import columns
@@ -81,6 +81,12 @@ def cost_report(
     notes = []
     if context > r.max_seq_len or prompt + generate > r.max_seq_len:
         notes.append(f"beyond max_seq_len={r.max_seq_len}")
+    traced_parts = traced.traced_parts(arch)
+    if traced_parts:
+        notes.append(
+            f"traced ({', '.join(traced_parts)}): params, FLOPs and state counted by torch's "
+            "FlopCounterMode, latency from the roofline of the traced FLOPs and bytes"
+        )
     return {
         "arch": arch.name,
         "summary": arch.summary(),
@@ -91,6 +97,7 @@ def cost_report(
         "breakdown": rows,
         "totals": totals,
         "notes": notes,
+        "traced": traced_parts,
     }
 
 

@@ -63,9 +63,12 @@ def _median_time(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) ->
     return statistics.median(samples)
 
 
-def measure_matmuls(dtype_name: str, repeats: int) -> list[dict[str, float]]:
+def measure_matmuls(
+    dtype_name: str, repeats: int, step: Callable[[str], None] | None = None
+) -> list[dict[str, float]]:
     """Throughput of the models' own linear layers (`archsearch.models.gemm.linear`: oneDNN
-    from 8 rows up, PyTorch's default below), weight [n, k] against m rows."""
+    from 8 rows up, PyTorch's default below), weight [n, k] against m rows; `step(text)` after
+    each weight."""
     import torch
 
     from archsearch.models.gemm import linear
@@ -78,6 +81,8 @@ def measure_matmuls(dtype_name: str, repeats: int) -> list[dict[str, float]]:
             x = torch.randn(m, k, dtype=dtype)
             t = _median_time(lambda x=x, w=w: linear(x, w), repeats)
             out.append({"m": m, "k": k, "n": n, "seconds": t, "flops_per_s": 2 * m * k * n / t})
+        if step is not None:
+            step(f"{dtype_name} matmuls, weight {n}x{k}")
     return out
 
 
@@ -170,7 +175,9 @@ def reference_models() -> list:
     return out
 
 
-def fit_to_models(repeats: int, profile: dict[str, Any]) -> dict[str, Any]:
+def fit_to_models(
+    repeats: int, profile: dict[str, Any], step: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Fit the efficiencies (compute, bandwidth) and the overhead per operator to real models:
     the time to first token of a 128-token prompt and a decode step at context 128 of each
     reference model (medians of repeats), by least squares on log times. The measured peaks
@@ -199,6 +206,8 @@ def fit_to_models(repeats: int, profile: dict[str, Any]) -> dict[str, Any]:
             token = prompt[:, -1]
             decode = _median_time(lambda m=model, s=state, x=token: m.step(x, s), 4 * repeats, 0.0)
         measured.append((ttft, decode))
+        if step is not None:
+            step(f"reference model {arch.summary()}")
     tables = [Columns.from_archs([a]) for a in archs]
 
     def device_with(x):
@@ -261,22 +270,39 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def calibrate(threads: int, repeats: int = 5, quick: bool = False) -> dict[str, Any]:
-    """Measure this machine; returns the `local` profile as a mapping (and the raw data)."""
+def calibrate(
+    threads: int,
+    repeats: int = 5,
+    quick: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure this machine; returns the `local` profile as a mapping (and the raw data);
+    `progress(done, total, step)` after each measurement."""
     import torch
 
     torch.set_num_threads(threads)
     if quick:
         global MATMUL_ROWS, MATMUL_WEIGHTS
         MATMUL_ROWS, MATMUL_WEIGHTS = (1, 16, 256), ((256, 256), (1024, 1024))
-    fp32 = measure_matmuls("fp32", repeats)
-    bf16 = measure_matmuls("bf16", repeats)
+    total = 2 * len(MATMUL_WEIGHTS) + 2 + len(reference_models()) + 1
+    done = 0
+
+    def step(text: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total, f"steps ({text})")
+
+    fp32 = measure_matmuls("fp32", repeats, step)
+    bf16 = measure_matmuls("bf16", repeats, step)
     bw = measure_bandwidth(repeats)
+    step("memory bandwidth")
     peak32 = max(p["flops_per_s"] for p in fp32)
     peak16 = max(p["flops_per_s"] for p in bf16)
     bandwidth = max(bw["read"], bw["copy"])
     llc = cache_capacity()
     cache_bw = measure_cache_bandwidth(llc, repeats) if llc else 0.0
+    step("cache bandwidth")
     gemv_eff = min(1.0, bw["gemv"] / bandwidth)
     when = datetime.date.today().isoformat()
     where = (
@@ -333,7 +359,8 @@ def calibrate(threads: int, repeats: int = 5, quick: bool = False) -> dict[str, 
             "cache_bandwidth": f"matrix-vector products over cache-resident weights ({where})",
         },
     }
-    fitted = fit_to_models(repeats, profile)
+    fitted = fit_to_models(repeats, profile, step)
+    step("fit to the reference models")
     for eff in profile["efficiency"].values():
         eff["compute"] = round(fitted["compute"], 4)
         eff["bandwidth"] = round(fitted["bandwidth"], 4)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from archsearch.cost import traced
 from archsearch.cost.attention import (
     ATTENTION_LAUNCHES,
     attention_ops,
@@ -42,12 +43,15 @@ MODEL_LAUNCHES = 8  # embedding, final norm, LM head, state bookkeeping
 def block_modules(c: Columns) -> list[tuple[str, np.ndarray, Callable[[Columns, Phase], list[Op]]]]:
     """(category, layers per row, ops) of every module a block can hold."""
     dense = (c.E == 0).astype(np.float64)
+    plugin_mixer, plugin_ffn = (c.lplug > 0).astype(np.float64), (c.fplug > 0).astype(np.float64)
     return [
         ("attention", c.nN * (1 - c.mla), attention_ops),
         ("attention", c.nN * c.mla, mla_ops),
-        ("linear", c.nL, linear_mixer_ops),
+        ("linear", c.nL * (1 - plugin_mixer), linear_mixer_ops),
+        ("linear", c.nL * plugin_mixer, traced.mixer_ops),
         ("mcsd", c.nM, mcsd_ops),
-        ("ffn", c.L * dense, dense_ffn_ops),
+        ("ffn", c.L * dense * (1 - plugin_ffn), dense_ffn_ops),
+        ("ffn", c.L * dense * plugin_ffn, traced.channel_ops),
         ("moe", c.L * (1 - dense), moe_ops),
     ]
 
@@ -102,7 +106,13 @@ def params(c: Columns) -> dict[str, np.ndarray]:
 
 def _params(c: Columns) -> dict[str, np.ndarray]:
     ch_total, ch_active = channel_params(c)
-    mixers = c.nN * attention_params(c) + c.nL * linear_params(c) + c.nM * mcsd_params(c)
+    if np.any(c.fplug):
+        ch_total = np.where(c.fplug > 0, traced.channel_params(c), ch_total)
+        ch_active = np.where(c.fplug > 0, ch_total, ch_active)
+    linear = linear_params(c)
+    if np.any(c.lplug):
+        linear = np.where(c.lplug > 0, traced.mixer_params(c), linear)
+    mixers = c.nN * attention_params(c) + c.nL * linear + c.nM * mcsd_params(c)
     blocks = mixers + c.L * (2 * c.d) + c.d  # block norms + final norm
     embedding = c.V * c.d * (2 - c.tie)
     total = blocks + c.L * ch_total + embedding
@@ -133,7 +143,9 @@ def active_params(c: Columns) -> np.ndarray:
 
 def state_elements(c: Columns, context, batch=1.0) -> np.ndarray:
     """Elements of the decode state after `context` tokens: KV caches grow with the context
-    (capped by a window), recurrent and MCSD states do not (seed PLM eqs. 6-7)."""
-    return batch * (
-        c.nN * attention_state(c, context) + c.nL * linear_state(c) + c.nM * mcsd_state(c)
-    )
+    (capped by a window), recurrent and MCSD states do not (seed PLM eqs. 6-7); a plugin
+    mixer's state is traced (`traced.mixer_state`)."""
+    linear = linear_state(c)
+    if np.any(c.lplug):
+        linear = np.where(c.lplug > 0, traced.mixer_state(c, context), linear)
+    return batch * (c.nN * attention_state(c, context) + c.nL * linear + c.nM * mcsd_state(c))

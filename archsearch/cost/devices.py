@@ -10,13 +10,16 @@ machine and writes the `local` profile.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from archsearch import yamlio
+from archsearch import plugins, yamlio
 from archsearch.errors import UserError
+from archsearch.resources import check_name
 
 COMPUTE_CLASSES = ("fp32", "fp16", "int8")
 # which compute class executes the matmuls of a weight precision
@@ -69,6 +72,7 @@ def _number(raw: Any, *, source: str, key: str, zero_ok: bool = False) -> float:
     if (
         isinstance(raw, bool)
         or not isinstance(raw, (int, float))
+        or not math.isfinite(raw)
         or raw < 0
         or (raw == 0 and not zero_ok)
     ):
@@ -94,7 +98,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         "cache_capacity",
         "cache_bandwidth",
     }
-    unknown = sorted(set(raw) - known)
+    unknown = sorted(set(map(str, raw)) - known)
     if unknown:
         raise UserError(
             f"unknown key (known: {', '.join(sorted(known))})", source=source, key=unknown[0]
@@ -113,6 +117,17 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
     peak_flops = {
         c: _number(peaks[c], source=source, key=f"peak_flops.{c}") for c in COMPUTE_CLASSES
     }
+    for key in ("efficiency", "sources"):
+        if not isinstance(raw.get(key) or {}, dict):
+            raise UserError(f"expected a mapping, got {raw[key]!r}", source=source, key=key)
+    texts = {}
+    for key, default in (("name", default_name), ("description", ""), ("kind", "cpu")):
+        texts[key] = raw.get(key, default)
+        if not isinstance(texts[key], str):
+            raise UserError(f"expected a string, got {texts[key]!r}", source=source, key=key)
+    if texts["kind"] not in ("cpu", "gpu"):
+        raise UserError(f"must be cpu or gpu, got {texts['kind']!r}", source=source, key="kind")
+    check_name(texts["name"], what="device", key="name", source=source)
     efficiency = {}
     for cls, entry in (raw.get("efficiency") or {}).items():
         if cls not in (*COMPUTE_CLASSES, "default") or not isinstance(entry, dict):
@@ -123,7 +138,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
                 key=f"efficiency.{cls}",
             )
         allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "vector", "source"}
-        bad = sorted(set(entry) - allowed)
+        bad = sorted(set(map(str, entry)) - allowed)
         if bad:
             raise UserError(
                 f"unknown key (known: {', '.join(sorted(allowed))})",
@@ -138,9 +153,9 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         efficiency[cls] = Efficiency(**values, source=str(entry.get("source", "")))
     sources = {str(k): str(v) for k, v in (raw.get("sources") or {}).items()}
     return DeviceProfile(
-        name=str(raw.get("name", default_name)),
-        description=str(raw.get("description", "")),
-        kind=str(raw.get("kind", "cpu")),
+        name=texts["name"],
+        description=texts["description"],
+        kind=texts["kind"],
         peak_flops=peak_flops,
         memory_bandwidth=_number(raw["memory_bandwidth"], source=source, key="memory_bandwidth"),
         memory_capacity=_number(raw["memory_capacity"], source=source, key="memory_capacity"),
@@ -199,9 +214,10 @@ def devices_dir() -> Path:
 
 
 def device_names() -> list[str]:
+    """The shipped profiles, then those installed packages register (`archsearch.plugins`)."""
     from archsearch.resources import shipped_names
 
-    return shipped_names(devices_dir())
+    return shipped_names(devices_dir()) + list(plugins.names(plugins.DEVICES))
 
 
 @cache
@@ -210,12 +226,40 @@ def _load(path: str) -> DeviceProfile:
 
 
 def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
-    """A shipped profile by name (`rpi5`) or any profile YAML by path."""
+    """A shipped profile by name (`rpi5`), a plugin's by its registered name (`pkg.board`:
+    the entry point gives the path of its YAML), or any profile YAML by path."""
     from archsearch.resources import resolve
 
-    path = resolve(name_or_path, devices_dir(), "device", key)
+    if plugins.is_plugin(plugins.DEVICES, name_or_path):
+        target = plugins.load(plugins.DEVICES, name_or_path)
+        if not isinstance(target, (str, os.PathLike)) or not Path(target).is_file():
+            raise plugins.PluginError(
+                f"device plugin {name_or_path!r} must register the path of a profile YAML, "
+                f"got {target!r}",
+                key=key,
+            )
+        return _load(str(Path(target).resolve()))
+    try:
+        path = resolve(name_or_path, devices_dir(), "device", key)
+    except UserError as err:
+        if not err.detail.startswith("unknown device") or not plugins.names(plugins.DEVICES):
+            raise
+        raise UserError(
+            f"unknown device {name_or_path!r} (known: {', '.join(device_names())}; or give a "
+            "path to a .yaml file)",
+            key=key,
+        ) from None
     return _load(str(path.resolve()))
 
 
 def all_devices() -> list[DeviceProfile]:
-    return [load_device(n) for n in device_names()]
+    """Every shipped profile and every plugin profile that loads: a broken plugin package
+    must not make every candidate unpriceable (naming it, `device=pkg.name`, gives its error)."""
+    out = []
+    for name in device_names():
+        try:
+            out.append(load_device(name))
+        except UserError:
+            if not plugins.is_plugin(plugins.DEVICES, name):
+                raise
+    return out

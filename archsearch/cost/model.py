@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from archsearch.cost import traced
 from archsearch.cost.counts import model_ops, params, state_elements
 from archsearch.cost.devices import DeviceProfile, load_device
 from archsearch.cost.evaluate import evaluator
@@ -85,11 +86,14 @@ def weight_bytes(c: Columns, precision: str) -> np.ndarray:
 
 def _vector_params(c: Columns) -> np.ndarray:
     """Norm weights and other 1-D parameters (kept in fp32 by quantisers)."""
+    linear = c.ldv
+    if np.any(c.lplug):
+        linear = np.where(c.lplug > 0, traced.mixer_vector_params(c), linear)
     return (
         c.L * 2 * c.d
         + c.d
         + c.nN * (c.mla * (c.dc + (c.dq > 0) * c.dq))
-        + c.nL * c.ldv
+        + c.nL * linear
         + c.nM * c.d
     )
 

@@ -23,6 +23,18 @@ import numpy as np
 from archsearch.arch import CHUNK, FFN_KINDS, GATED_FFNS, LINEAR_FAMILIES, ArchConfig
 
 FAMILY_CODE = {f: i for i, f in enumerate(LINEAR_FAMILIES)}
+# plugin mixers (`archsearch.plugins`) in tables: name -> code (1, 2, ...), assigned on first use
+PLUGIN_CODE: dict[str, int] = {}
+
+
+def plugin_code(name: str) -> int:
+    """The table code of a plugin mixer's name (0 is reserved for "no plugin")."""
+    return PLUGIN_CODE.setdefault(name, len(PLUGIN_CODE) + 1)
+
+
+def plugin_name(code: float) -> str:
+    return next(name for name, c in PLUGIN_CODE.items() if c == int(code))
+
 
 # the parts of a model a cost breakdown reports (`Op.category`), in report order
 CATEGORIES = (
@@ -75,6 +87,10 @@ class Columns:
     topk: np.ndarray
     S: np.ndarray  # shared experts
     Fe: np.ndarray  # expert width
+    lplug: np.ndarray  # plugin sequence mixer (`plugin_code`; 0: a built-in family)
+    fplug: np.ndarray  # plugin channel mixer (0: a built-in FFN)
+    ex: np.ndarray  # linear expand (read by plugin mixers)
+    msl: np.ndarray  # max_seq_len (read by plugin mixers)
 
     @property
     def n(self) -> int:
@@ -96,6 +112,8 @@ class Columns:
             + 40 * (self.nN > 0)
             + 80 * (self.nL > 0)
             + 160 * (self.nM > 0)
+            + 320 * self.lplug
+            + 320 * 4096 * self.fplug
         )
 
     def groups(self) -> list[tuple[np.ndarray, Columns]]:
@@ -153,6 +171,10 @@ def _row(r: ArchConfig) -> dict[str, float]:
         topk=0,
         S=0,
         Fe=0,
+        lplug=0,
+        fplug=0 if r.ffn.kind in FFN_KINDS else plugin_code(r.ffn.kind),
+        ex=0,
+        msl=r.max_seq_len,
     )
     if a is not None:
         mla = a.kind == "mla"
@@ -168,8 +190,11 @@ def _row(r: ArchConfig) -> dict[str, float]:
             W=a.window or 0,
         )
     if lin is not None:
+        plugin = lin.family not in FAMILY_CODE
         row.update(
-            fam=FAMILY_CODE[lin.family],
+            fam=-1 if plugin else FAMILY_CODE[lin.family],
+            lplug=plugin_code(lin.family) if plugin else 0,
+            ex=lin.expand,
             lH=lin.n_heads,
             dk=lin.key_dim,
             ldv=lin.value_dim,
@@ -184,7 +209,6 @@ def _row(r: ArchConfig) -> dict[str, float]:
         row["C"] = r.mcsd.n_channels
     if m is not None:
         row.update(E=m.n_experts, topk=m.top_k, S=m.n_shared, Fe=m.d_expert, F=0)
-    assert r.ffn.kind in FFN_KINDS
     return row
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,9 +40,24 @@ class PruneResult:
         return [c for c, ok in zip(self.candidates, self.feasible) if ok]
 
 
-def prune(space: SearchSpace, device: str, *, limit: int = 200_000, seed: int = 0) -> PruneResult:
+PROGRESS_STEPS = 20  # progress reports over the assignments (one per 5%)
+
+
+def prune(
+    space: SearchSpace,
+    device: str,
+    *,
+    limit: int = 200_000,
+    seed: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> PruneResult:
+    """Build every assignment (or `limit` samples), then price the cost constraints on the
+    whole table; `progress(done, total, step)` is called after each twentieth of the
+    assignments."""
     size = count(space)
     sampled = math.isinf(size) or size > limit
+    total = limit if sampled else int(size)
+    every = max(1, math.ceil(total / PROGRESS_STEPS))
     if sampled:
         rng = random.Random(seed)
         source = (sample_assignment(space, rng) for _ in range(limit))
@@ -59,6 +75,8 @@ def prune(space: SearchSpace, device: str, *, limit: int = 200_000, seed: int = 
         else:
             seen.add(cand.arch.arch_hash)
             res.candidates.append(cand)
+        if progress is not None and (res.assignments % every == 0 or res.assignments == total):
+            progress(res.assignments, total, "assignments built")
     feasible = np.ones(len(res.candidates), dtype=bool)
     if res.candidates:
         c = Columns.from_archs([cand.arch for cand in res.candidates])

@@ -10,6 +10,8 @@ from archsearch.models.registry import (
     SEQUENCE_MIXERS,
     build_channel_mixer,
     build_sequence_mixer,
+    channel_mixer_class,
+    sequence_mixer_class,
     sequence_mixer_name,
 )
 
@@ -21,5 +23,7 @@ __all__ = [
     "build_channel_mixer",
     "build_model",
     "build_sequence_mixer",
+    "channel_mixer_class",
+    "sequence_mixer_class",
     "sequence_mixer_name",
 ]

@@ -44,6 +44,9 @@ def band_mask(t_q: int, t_k: int, window: int | None, device: torch.device) -> t
 class Attention(nn.Module):
     """Multi-head attention with grouped KV heads (MHA/GQA/MQA), RoPE and an optional window."""
 
+    state_growth = "growing"
+    reads = ("d_model", "max_seq_len", "attention")
+
     def __init__(self, arch: ArchConfig):
         super().__init__()
         a = arch.attention
@@ -63,7 +66,7 @@ class Attention(nn.Module):
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
         gqa = self.n_kv_heads != self.n_heads
         if mask is None:
-            causal = q.shape[-2] > 1
+            causal = bool(q.shape[-2] > 1)  # a plain bool under a JIT trace too (fvcore)
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 

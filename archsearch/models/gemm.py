@@ -8,7 +8,10 @@ and both backward GEMMs (grad input = grad @ W, grad weight = grad^T @ x) throug
 `torch.ops.mkldnn._linear_pointwise` on ordinary dense tensors, in full fp32 (no reduced
 precision: results agree with MKL to fp32 rounding). It falls back to `F.linear` when the input
 has fewer than MIN_ROWS rows (decode steps, where MKL is as fast), is not a float32 CPU tensor,
-or when oneDNN is unavailable; `ARCHSEARCH_ONEDNN=0` in the environment turns it off. oneDNN
+when oneDNN is unavailable, under `torch.compile` (inductor cannot lower the op on weight
+views, and chooses its own CPU GEMMs), or under CPU autocast (which casts `F.linear` to bf16 but
+not this op); `ARCHSEARCH_ONEDNN=0` in the environment turns it
+off. oneDNN
 builds and caches one kernel per GEMM shape (about 0.1 ms each), so layers whose row count
 changes on every call (the routed MoE experts) stay on F.linear.
 
@@ -80,6 +83,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         and x.dtype == torch.float32
         and weight.dtype == torch.float32
         and x.numel() >= MIN_ROWS * x.shape[-1]
+        and not torch.compiler.is_compiling()  # inductor picks its own CPU GEMMs
+        and not torch.is_autocast_enabled("cpu")  # autocast casts F.linear to bf16, not this op
     ):
         return _OneDNNLinear.apply(x, weight)
     return F.linear(x, weight)

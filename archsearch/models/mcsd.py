@@ -97,6 +97,9 @@ def ema_exclusive(x: torch.Tensor, log_decay: torch.Tensor, h0: torch.Tensor | N
 class MCSD(nn.Module):
     """Multi-channel slope and decay block."""
 
+    state_growth = "constant"
+    reads = ("d_model", "norm_eps", "mcsd.n_channels")
+
     def __init__(self, arch: ArchConfig):
         super().__init__()
         d, C = arch.d_model, arch.mcsd.n_channels

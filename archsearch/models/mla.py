@@ -45,6 +45,9 @@ Cache = dict[str, torch.Tensor]
 class MLA(nn.Module):
     """Multi-head latent attention with decoupled RoPE and an optional query compression."""
 
+    state_growth = "growing"
+    reads = ("d_model", "norm_eps", "max_seq_len", "attention")
+
     def __init__(self, arch: ArchConfig):
         super().__init__()
         a = arch.attention
@@ -95,7 +98,7 @@ class MLA(nn.Module):
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, n, self.dr)], dim=-1)
         T = x.shape[1]
         if mask is None:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, scale=self.scale)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(T > 1), scale=self.scale)
         else:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, H * self.dv))

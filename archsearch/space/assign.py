@@ -9,6 +9,7 @@ error) and `candidates.build` once per candidate.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from archsearch.errors import UserError
@@ -74,13 +75,53 @@ _RESOLVERS = {
 }
 
 
+def _per_candidate(name: str, fn):
+    """`fn` with arithmetic failures (`x // 0`, overflow) turned into a `DerivedError`: they
+    reject the candidate whose values caused them, not the space."""
+
+    def resolver(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except ArithmeticError as err:
+            failure = f"{name}{args}: {err}"
+        raise DerivedError("derived_arithmetic_error", failure)  # raised alone: the root cause
+
+    return resolver
+
+
+@functools.lru_cache(maxsize=4096)
+def check_expression(expr: str) -> None:
+    """Raise `ValueError` unless `expr` calls only the space language's resolvers (`div`,
+    `mul`, ...): OmegaConf's own (`oc.env`, `oc.decode`, `oc.create`, ...) and any other
+    registered resolver are not reachable from a space file."""
+    from omegaconf import grammar_parser
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
+
+    try:
+        tree = grammar_parser.parse(expr, parser_rule="configValue")
+    except GrammarParseError as err:
+        raise ValueError(f"cannot parse {expr!r}: {str(err).splitlines()[0]}") from None
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, OmegaConfGrammarParser.ResolverNameContext):
+            name = node.getText()
+            if name not in _RESOLVERS:
+                raise ValueError(
+                    f"{expr!r} calls the resolver {name!r}, which is not part of the space "
+                    f"language (known: {', '.join(_RESOLVERS)})"
+                )
+        stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
+
+
 def _register_resolvers() -> None:
     """Register the arithmetic resolvers with OmegaConf (idempotent)."""
     from omegaconf import OmegaConf
 
     for name, fn in _RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
+            OmegaConf.register_new_resolver(name, _per_candidate(name, fn))
 
 
 def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
@@ -94,6 +135,10 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
 
     _register_resolvers()
     for key, expr in derived.items():
+        try:
+            check_expression(expr)
+        except ValueError as err:
+            raise UserError(str(err), key=f"derived.{key}") from None
         set_path(tree, key, expr)
     conf = OmegaConf.create(tree)
     out = {}

@@ -20,6 +20,8 @@ from typing import Any
 
 from archsearch.errors import UserError
 
+MAX_VALUES = 100_000  # values of one enumerable domain (a range or an integer interval)
+
 
 class Domain:
     """The set of values one parameter may take."""
@@ -146,9 +148,27 @@ def _parser():
     return _PARSER
 
 
+def _finite(values: Any, text: str, *, source: str | None, key: str) -> None:
+    """NaN and infinities are no parameter values (nor bounds)."""
+    for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise UserError(f"{v} in {text!r} is not a finite number", source=source, key=key)
+
+
+def _enumerable(n: float, text: str, *, source: str | None, key: str) -> None:
+    if n > MAX_VALUES:
+        raise UserError(
+            f"{text!r} has {n:,.0f} values, more than {MAX_VALUES:,}; use fewer, or an "
+            "interval() for a continuous parameter",
+            source=source,
+            key=key,
+        )
+
+
 def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
     """Parse one YAML value of a `params` entry into a `Domain` (errors name file and key)."""
     if isinstance(raw, (bool, int, float)) or raw is None:
+        _finite([raw], str(raw), source=source, key=key)
         return Fixed(raw)
     if not isinstance(raw, str):
         raise UserError(
@@ -182,6 +202,7 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
                 raise UserError(
                     f"choice() options must be plain values, got {opt!r}", source=source, key=key
                 )
+        _finite(options, text, source=source, key=key)
         if len(set(map(repr, options))) != len(options):
             raise UserError(f"choice() lists a value twice in {text!r}", source=source, key=key)
         return Choice(options)
@@ -191,6 +212,7 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
                 f"tags {sorted(parsed.tags)} are not supported on range()", source=source, key=key
             )
         start, stop, step = parsed.start, parsed.stop, parsed.step
+        _finite((start, stop, step), text, source=source, key=key)
         if step == 0 or (step > 0 and start >= stop) or (step < 0 and start <= stop):
             raise UserError(
                 f"{text!r} is empty (start {start}, stop {stop}, step {step})",
@@ -199,6 +221,7 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
             )
         if step < 0:
             raise UserError(f"{text!r}: use a positive step", source=source, key=key)
+        _enumerable((stop - start) / step, text, source=source, key=key)
         return Range(start, stop, step)
     if isinstance(parsed, IntervalSweep):
         unknown = set(parsed.tags) - {"log", "int"}
@@ -209,6 +232,7 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
                 key=key,
             )
         low, high = float(parsed.start), float(parsed.end)
+        _finite((low, high), text, source=source, key=key)
         if low > high:
             raise UserError(
                 f"low {low:g} is above high {high:g} in {text!r}", source=source, key=key
@@ -222,6 +246,8 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
             raise UserError(
                 f"an int interval needs whole bounds, got {low:g}, {high:g}", source=source, key=key
             )
+        if integer:
+            _enumerable(high - low + 1, text, source=source, key=key)
         return Interval(low, high, log=log, integer=integer)
     if isinstance(parsed, (list, dict)):
         raise UserError(
@@ -230,4 +256,5 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
             source=source,
             key=key,
         )
+    _finite([parsed], text, source=source, key=key)
     return Fixed(parsed)

@@ -31,12 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archsearch import yamlio
-from archsearch.arch import CHOICES, MIXER_OF_LETTER, ArchConfig, load_arch
+from archsearch import plugins, yamlio
+from archsearch.arch import (
+    CHOICES,
+    MIXER_OF_LETTER,
+    ArchConfig,
+    is_known,
+    known_names,
+    load_arch,
+    size_limit,
+)
 from archsearch.errors import UserError
 from archsearch.metrics import Constraint, Objective, parse_constraints, parse_objectives
-from archsearch.resources import conf_dir, resolve, shipped_names, spaces_dir
-from archsearch.space.assign import apply_assignment, resolve_derived
+from archsearch.resources import check_name, conf_dir, resolve, shipped_names, spaces_dir
+from archsearch.space.assign import apply_assignment, check_expression, resolve_derived
 from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, parse_domain
 
 # Checked by hand, not by an OmegaConf structured merge: that would take `name: 5` as "5", treat
@@ -146,6 +154,12 @@ def _check_key(key: str, *, source: str, where: str) -> None:
 
 def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
     """A parameter value must fit the ArchConfig field's type and registered names."""
+    if isinstance(value, str) and "${" in value:
+        raise UserError(
+            f"{value!r} holds an interpolation; only derived values may interpolate",
+            source=source,
+            key=where,
+        )
     if key.startswith("vars.") or value is None:
         return
     tp = _FIELD_TYPES[key]
@@ -159,6 +173,10 @@ def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
         raise UserError(
             f"value {value!r} is not {tp.__name__} as {key} requires", source=source, key=where
         )
+    if tp is int and value > size_limit(key):
+        raise UserError(
+            f"{value} is above the limit {size_limit(key):,} for {key}", source=source, key=where
+        )
     if key == "layers.pattern":
         wrong = sorted(set(value.upper()) - set(MIXER_OF_LETTER))
         if not value.strip() or wrong:
@@ -168,9 +186,9 @@ def _check_value(key: str, value: Any, *, source: str, where: str) -> None:
                 source=source,
                 key=where,
             )
-    if key in CHOICES and value not in CHOICES[key]:
+    if key in CHOICES and not is_known(key, value):
         raise UserError(
-            f"unknown value {value!r} for {key} (known: {', '.join(CHOICES[key])})",
+            f"unknown value {value!r} for {key} (known: {', '.join(known_names(key))})",
             source=source,
             key=where,
         )
@@ -210,6 +228,13 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise UserError("must be a non-empty string", source=source, key="name")
+    if "name" in raw:
+        check_name(name, what="space", key="name", source=source)
+    description = raw.get("description", "")
+    if not isinstance(description, (str, type(None))):
+        raise UserError(
+            f"must be a string, got {type(description).__name__}", source=source, key="description"
+        )
 
     base, base_name = _read_base(raw.get("base"), source)
 
@@ -238,15 +263,18 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
                 source=source,
                 key=f"derived.{k}",
             )
+        try:
+            check_expression(v)
+        except ValueError as err:
+            raise UserError(str(err), source=source, key=f"derived.{k}") from None
         derived[k] = v
 
-    devices = tuple(shipped_names(conf_dir() / "device"))
+    devices = (*shipped_names(conf_dir() / "device"), *plugins.names(plugins.DEVICES))
     constraints = parse_constraints(raw.get("constraints"), source=source, devices=devices)
     objectives = parse_objectives(raw.get("objectives"), source=source, devices=devices)
     train = raw.get("train") or {}
     if not isinstance(train, dict):
         raise UserError("expected a mapping of training settings", source=source, key="train")
-    description = raw.get("description", "")
 
     space = SearchSpace(
         name=name,
@@ -317,6 +345,12 @@ def _read_param(name: str, raw: Any, source: str) -> Param:
         if tp not in (int, float) or (tp is int and not domain.integer):
             need = "tag(int, interval(...))" if tp is int else "choice(...)"
             raise UserError(f"{name} is {tp.__name__}; use {need}", source=source, key=where)
+        if tp is int and domain.high > size_limit(name):
+            raise UserError(
+                f"{domain.high:g} is above the limit {size_limit(name):,} for {name}",
+                source=source,
+                key=where,
+            )
     return Param(name, domain, when)
 
 

@@ -1,5 +1,8 @@
 """Open a stored study for analysis (`pareto`, `export`, `dashboard`, benchmarks): its records,
-objectives and directions, and where outputs go. Nothing here writes."""
+objectives and directions, and where outputs go. Nothing here writes.
+
+`load` reads the trials in pages from the RDB tables without their per-step series
+(`archsearch.study.tables`; 100,000 trials in seconds), else through Optuna's public API."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.study.schema import StudyMeta, TrialRecord
+from archsearch.study.schema import SERIES_ATTRS, StudyMeta, TrialRecord
 from archsearch.study.storage import locate, open_storage, study_names
 
 __all__ = ["StudyData", "load", "records"]
@@ -54,6 +57,20 @@ def records(study) -> list[TrialRecord]:
     return [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
 
 
+def _read_records(storage, study, skip: tuple[str, ...]) -> list[TrialRecord]:
+    """In pages from the tables where their schema is the one checked, else whole."""
+    from archsearch.study.tables import read_records
+
+    paged = read_records(storage, study.study_name, skip_attrs=skip)
+    if paged is not None:
+        return paged
+    out = records(study)
+    for r in out:
+        for key in skip:
+            r.attrs.pop(key, None)
+    return out
+
+
 def _count_statuses(recs: list[TrialRecord]) -> str:
     if not recs:
         return "no trials"
@@ -63,9 +80,10 @@ def _count_statuses(recs: list[TrialRecord]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
-def load(study: str, study_name: str | None = None) -> StudyData:
+def load(study: str, study_name: str | None = None, *, series: bool = False) -> StudyData:
     """Open a study (`study=`: run directory, SQLite file or URL); one-line `UserError`s for
-    every bad input."""
+    every bad input. The records leave out the per-step series (`SERIES_ATTRS`: loss curves,
+    intermediate results) unless `series` is set."""
     import optuna
     import sqlalchemy
 
@@ -101,7 +119,7 @@ def load(study: str, study_name: str | None = None) -> StudyData:
         url=url,
         name=study_name,
         meta=_meta_dict(st),
-        records=records(st),
+        records=_read_records(storage, st, () if series else SERIES_ATTRS),
         objectives=objectives,
         directions=directions,
         home=home,

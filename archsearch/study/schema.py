@@ -18,6 +18,13 @@ Trial user attributes (small ones first, so optuna-dashboard shows them):
   budget        what was actually trained {tokens, flops, fraction, ...}
   curve         the loss curve (eval points, and a thinned train-loss curve)
   train_metrics tokens/s, wall time, peak RSS, ... of the sandbox trial
+  execution     where it trained: device, the GPU ids Ray assigned, workers and their devices,
+                precision, micro batch, compile outcome, peak device memory
+  duplicate_of, duplicate_values  a duplicate (the same architecture as an earlier trial, not
+                trained again): the earlier trial and its objective values. Stored PRUNED, so
+                optuna-dashboard's Pareto view shows each architecture once (studies written
+                before schema 2 stored duplicates COMPLETE with the copied values; both read
+                the same: only `trained` trials are candidates of a front).
 Trial constraints: new style (`Trial.set_constraint`, system attributes `constraints:<name>`)
 and old style (system attribute `constraints`, a list, which optuna-dashboard 0.21 displays);
 a value <= 0 is satisfied.
@@ -34,6 +41,8 @@ __all__ = [
     "JSON_ATTRS",
     "META_KEY",
     "SCHEMA_VERSION",
+    "SERIES_ATTRS",
+    "STALE_REASON",
     "Status",
     "StudyMeta",
     "TrialRecord",
@@ -41,7 +50,11 @@ __all__ = [
 ]
 
 META_KEY = "archsearch"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+STALE_REASON = "its sweep driver stopped sending heartbeats while it ran"
+
+# per-step series: the bulk of a stored trial; the analysis reads studies without them
+SERIES_ATTRS = ("curve", "intermediate")
 
 # nested user attributes, stored as JSON text so optuna-dashboard shows each in one cell
 JSON_ATTRS = (
@@ -55,6 +68,8 @@ JSON_ATTRS = (
     "intermediate",
     "probes",
     "metrics",
+    "duplicate_values",
+    "execution",
 )
 
 
@@ -74,8 +89,9 @@ class Status(str, Enum):
         return self.value
 
     @property
-    def took_budget(self) -> bool:
-        """Whether the trial spent training compute (counts towards `trials=`)."""
+    def spent_compute(self) -> bool:
+        """Whether the trial spent training compute. Only TRAINED counts towards `trials=`;
+        the others are reported beside it."""
         return self in (Status.TRAINED, Status.STOPPED_EARLY, Status.FAILED)
 
 
@@ -111,6 +127,10 @@ class StudyMeta:
     constraints: list[str] = field(default_factory=list)  # `Constraint.describe()` texts
     train: dict[str, Any] = field(default_factory=dict)
     devices: list[str] = field(default_factory=list)  # device profiles priced for every trial
+    # the hypervolume's reference point, one value per objective, fixed when the study is
+    # created (None in studies written before schema 2) and where it came from
+    reference: list[float] | None = None
+    reference_source: str = ""
     version: int = SCHEMA_VERSION
 
     @classmethod
@@ -168,15 +188,40 @@ class TrialRecord:
 
     @classmethod
     def from_frozen(cls, t) -> TrialRecord:
-        attrs = decode_attrs(t.user_attrs)
-        running = t.state.name == "RUNNING"
+        return cls.from_stored(
+            t.number,
+            t.state.name,
+            t.values,
+            t.user_attrs,
+            dict(getattr(t, "constraints", None) or {}),
+            dict(t.params),
+        )
+
+    @classmethod
+    def from_stored(
+        cls,
+        number: int,
+        state: str,
+        values: list[float] | None,
+        user_attrs: dict[str, Any],
+        constraints: dict[str, float],
+        params: dict[str, Any],
+    ) -> TrialRecord:
+        """A record from a trial's stored parts (user attributes as stored: JSON text)."""
+        attrs = decode_attrs(user_attrs)
+        running = state == "RUNNING"
+        status = str(attrs.get("status", Status.RUNNING.value if running else ""))
+        reason = str(attrs.get("reason", ""))
+        if state == "FAIL" and status == Status.RUNNING.value:
+            # failed by Optuna's `fail_stale_trials`: its driver's heartbeat stopped
+            status, reason = Status.INTERRUPTED.value, STALE_REASON
         return cls(
-            number=t.number,
-            state=t.state.name,
-            status=str(attrs.get("status", Status.RUNNING.value if running else "")),
-            reason=str(attrs.get("reason", "")),
-            values=list(t.values) if t.values is not None else None,
+            number=number,
+            state=state,
+            status=status,
+            reason=reason,
+            values=list(values) if values is not None else None,
             attrs=attrs,
-            constraints=dict(getattr(t, "constraints", None) or {}),
-            params=dict(t.params),
+            constraints=constraints,
+            params=params,
         )

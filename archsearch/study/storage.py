@@ -69,17 +69,33 @@ def check_storage_reachable(url: str) -> None:
         ) from None
 
 
-def open_storage(url: str):
+def open_storage(
+    url: str, *, heartbeat_s: int | None = None, grace_s: int | None = None, on_stale=None
+):
     """Optuna's RDB storage. SQLite files run in WAL mode with synchronous=NORMAL: a commit
     survives a killed process (as a sweep's resume needs) and costs about a millisecond
     instead of tens of milliseconds of fsyncs, and readers (the dashboard) never block the
-    sweep."""
+    sweep. A sweep opens it with Optuna's heartbeat (`heartbeat_s`, `grace_s`; `on_stale` is
+    called with each RUNNING trial that `optuna.storages.fail_stale_trials` fails). Two
+    processes creating the tables of a new database at once: the loser retries once."""
     import optuna
+    import sqlalchemy
 
     engine_kwargs: dict[str, Any] = {"connect_args": _connect_args(url)}
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}
-    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    kwargs: dict[str, Any] = {"engine_kwargs": engine_kwargs}
+    if heartbeat_s:
+        kwargs.update(
+            heartbeat_interval=heartbeat_s, grace_period=grace_s, failed_trial_callback=on_stale
+        )
+    try:
+        storage = optuna.storages.RDBStorage(url, **kwargs)
+    except sqlalchemy.exc.SQLAlchemyError:  # the tables were being created by a peer
+        import time
+
+        time.sleep(0.5)
+        storage = optuna.storages.RDBStorage(url, **kwargs)
     if url.startswith("sqlite"):
         from sqlalchemy import event
 
@@ -96,9 +112,10 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 
 def study_names(storage) -> list[str]:
+    """The names of the storage's studies (not their summaries: those read every trial)."""
     import optuna
 
-    return [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    return list(optuna.get_all_study_names(storage))
 
 
 def locate(study: str) -> tuple[str, Path | None]:

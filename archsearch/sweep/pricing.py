@@ -1,6 +1,10 @@
 """Pricing a candidate before it trains: the cost-model numbers a trial stores, and its
 constraint check. One function for the sweep's searcher, its feasibility check and the test
-studies, so all three store and judge exactly the same numbers."""
+studies, so all three store and judge exactly the same numbers.
+
+`assess` builds and prices one assignment for the sweep: any exception while resolving,
+building or pricing a candidate (a derived value dividing by zero, a cost formula that cannot
+handle it) makes that candidate invalid, with the exception as its reason; the sweep goes on."""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from typing import Any
 
 from archsearch.arch import ArchConfig
 from archsearch.metrics import METRICS, MetricSpec
-from archsearch.space import SearchSpace
+from archsearch.space import SearchSpace, build
+from archsearch.study import Status
 
-__all__ = ["Priced", "price"]
+__all__ = ["Assessed", "Priced", "assess", "price"]
 
 # device-dependent metrics every trial stores for every device, so analysis can redraw the front
 # for any device profile without re-running the cost model
@@ -91,3 +96,40 @@ def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig)
         if priced.violations[c.name] > 0:
             priced.reasons.append(f"{c.describe()} but is {value:.4g}")
     return priced
+
+
+@dataclass
+class Assessed:
+    """One assignment built and priced: trainable when `status` is None; otherwise INVALID (it
+    cannot be built, resolved or priced) or INFEASIBLE (it breaks a constraint), with `reason`
+    (for the study) and `kinds` (short names, for counting: reasons or constraint names)."""
+
+    priced: Priced | None
+    status: Status | None = None
+    reason: str = ""
+    kinds: tuple[str, ...] = ()
+
+
+def raised(stage: str, err: BaseException) -> str:
+    """One line saying which exception a stage raised."""
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{stage} raised {type(err).__name__}: {first}"[:300]
+
+
+def assess(space: SearchSpace, devices: list[str], device: str, assignment) -> Assessed:
+    """Build `assignment` (a dict, or a callable returning one: Optuna's suggestions) and price
+    it; never raises for a candidate-specific failure."""
+    try:
+        cand = build(space, assignment() if callable(assignment) else assignment)
+    except Exception as err:  # any failure of one candidate is that candidate's
+        return Assessed(None, Status.INVALID, raised("building the candidate", err), ("error",))
+    if not cand.ok:
+        return Assessed(None, Status.INVALID, f"{cand.reason}: {cand.message}", (cand.reason,))
+    try:
+        priced = price(space, devices, device, cand.arch)
+    except Exception as err:
+        return Assessed(None, Status.INVALID, raised("pricing the candidate", err), ("error",))
+    if not priced.feasible:
+        broken = tuple(n for n, v in priced.violations.items() if v > 0)
+        return Assessed(priced, Status.INFEASIBLE, "; ".join(priced.reasons), broken)
+    return Assessed(priced)

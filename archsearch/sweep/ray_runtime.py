@@ -1,27 +1,63 @@
-"""The Ray runtime of a sweep: a private local Ray (its files under the system temp dir, its
-logs quiet), or an existing cluster reached by address."""
+"""The Ray runtime of a sweep: a private local Ray, or an existing cluster reached by address.
+
+A private local Ray listens on the loopback interface only (Ray's single-machine mode: the
+node's address is 127.0.0.1 and every Ray server binds there), so it runs without Ray's token
+authentication; its files live in a temp dir of its own, removed at the end. On a cluster
+(`ray.address`) Ray's own authentication setting stands (`RAY_AUTH_MODE`, `~/.ray/auth_token`).
+
+A driver records its local Ray in the run directory (`drivers/<host>-<pid>.json`: the driver
+and the temp dir). A driver killed before it could clean up (SIGKILL, the OOM killer) leaves
+that record, its temp dir and Ray's agent processes behind; the next sweep in the run directory
+finds the records of dead drivers of this host, ends the Ray processes of their temp dirs
+(`session_processes`: Ray programs whose command line or open files lie there), and removes the
+dirs and records.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import json
 import logging
 import os
+import shutil
 import socket
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
+from archsearch.sweep.drivers import Driver
 
-__all__ = ["check_address", "contain_ray", "ray_session"]
+__all__ = [
+    "RAY_TEMP_PREFIX",
+    "RECORDS_DIR",
+    "check_address",
+    "contain_ray",
+    "ray_session",
+    "reap_leftovers",
+    "session_processes",
+]
+
+RAY_TEMP_PREFIX = "archsearch-ray-"  # a local Ray's temp dir: <system temp dir>/archsearch-ray-*
+RECORDS_DIR = "drivers"  # run_dir/drivers/<host>-<pid>.json: a driver's local Ray
 
 
-def contain_ray(verbose: bool) -> None:
-    """Keep Ray's files and tokens out of the home directory and its logs quiet."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+def contain_ray(verbose: bool, address: str | None = None) -> None:
+    """Keep Ray's files and tokens out of the home directory and its logs quiet. Without an
+    `address` (a private local Ray) Ray runs on the loopback interface only, without token
+    authentication; on a cluster Ray's own authentication setting stands. Called before `ray`
+    is imported (Ray reads its single-machine switch at import)."""
+    if not address:
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # node address 127.0.0.1
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no ~/.ray/auth_token either
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Ctrl-C raises KeyboardInterrupt in the driver (Tune's own handler would end the run
+    # quietly and return as if it had finished)
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     if not verbose:
         for name in ("ray", "ray.tune", "ray.train", "ray.air", "ray.data"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -32,7 +68,98 @@ def contain_ray(verbose: bool) -> None:
 
 def ray_temp_dir() -> str:
     """Ray's session files under the system temp dir (AF_UNIX socket paths must stay short)."""
-    return tempfile.mkdtemp(prefix="archsearch-ray-")
+    return tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)
+
+
+def session_processes(temp_dir: str | Path) -> list[Any]:
+    """This user's Ray processes of the session in `temp_dir`: Ray's programs (a command line
+    that runs something from a `ray` folder, or a process titled `ray::...`: Ray's agents and
+    workers rename themselves) whose command line or an open file (a log) lies in `temp_dir`.
+    Anything else, such as a pager on one of its logs, is not Ray's."""
+    import psutil
+
+    root = str(Path(temp_dir).absolute())
+
+    def names(text: str) -> bool:  # `text` is the dir or a path inside it, or ends in one
+        return text.endswith(root) or root + os.sep in text
+
+    found = []
+    for proc in psutil.process_iter(["cmdline", "uids", "name"]):
+        try:
+            cmdline = proc.info["cmdline"] or []
+            if proc.pid == os.getpid() or proc.info["uids"].real != os.getuid():
+                continue
+            ray_program = proc.info["name"].startswith("ray::") or any(
+                f"{os.sep}ray{os.sep}" in arg or arg.startswith("ray::") for arg in cmdline
+            )
+            if ray_program and (
+                any(names(arg) for arg in cmdline) or any(names(f.path) for f in proc.open_files())
+            ):
+                found.append(proc)
+        except (psutil.Error, AttributeError):  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _write_record(run_dir: Path, me: Driver, temp_dir: str) -> Path:
+    path = run_dir / RECORDS_DIR / f"{me.host}-{me.pid}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"driver": me.key, "ray_temp_dir": temp_dir}))
+    partial.replace(path)
+    return path
+
+
+def _leftover_dir(record: dict[str, Any]) -> Path | None:
+    """The recorded temp dir when it is one of ours (a record is data: never trust a path)."""
+    temp = Path(str(record.get("ray_temp_dir", "")))
+    if temp.is_absolute() and temp.name.startswith(RAY_TEMP_PREFIX) and ".." not in temp.parts:
+        return temp
+    return None
+
+
+def reap_leftovers(run_dir: Path) -> list[str]:
+    """End the Ray processes and remove the temp dirs that drivers of this run directory left
+    when they died on this host (found by their records); returns the temp dirs removed. A live
+    driver's record, and another host's, are left alone."""
+    import psutil
+
+    removed = []
+    for path in sorted((run_dir / RECORDS_DIR).glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            driver = Driver.parse(record["driver"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written by a peer, or not a record
+        if driver is None or not driver.dead_here():
+            continue
+        temp = _leftover_dir(record)
+        if temp is not None:
+            procs = session_processes(temp)
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            _gone, alive = psutil.wait_procs(procs, timeout=3)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            if temp.is_dir() and not temp.is_symlink():
+                shutil.rmtree(temp, ignore_errors=True)
+                removed.append(str(temp))
+        path.unlink(missing_ok=True)
+    return removed
+
+
+def _check_loopback(ray) -> None:
+    """A local Ray's node address is the loopback one, or Ray was imported before
+    `contain_ray` could keep it there."""
+    node_ip = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node_ip).is_loopback:
+        ray.shutdown()
+        raise RuntimeError(
+            f"the local Ray took the address {node_ip}, not 127.0.0.1: `ray` was imported "
+            "before `contain_ray` (import it only after calling `contain_ray`)"
+        )
 
 
 def check_address(address: str) -> None:
@@ -47,7 +174,15 @@ def check_address(address: str) -> None:
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None, num_cpus: int | None, verbose: bool):
+def ray_session(
+    address: str | None,
+    num_cpus: int | None,
+    verbose: bool,
+    num_gpus: float | None = None,
+    run_dir: Path | None = None,
+):
+    """Start a private local Ray (recorded under `run_dir`, whose dead drivers' leftovers are
+    removed first), or connect to the cluster at `address`; shut it down at the end."""
     import ray
 
     if ray.is_initialized():  # e.g. the caller manages Ray
@@ -62,24 +197,44 @@ def ray_session(address: str | None, num_cpus: int | None, verbose: bool):
     env_vars = {k: v for k, v in os.environ.items() if k.startswith("ARCHSEARCH_")}
     if env_vars:
         kwargs["runtime_env"] = {"env_vars": env_vars}
-    temp_dir = None
+    temp_dir, record, made_run_dir = None, None, False
+    if run_dir is not None:
+        reap_leftovers(run_dir)
     try:
         if address:
             check_address(address)
             ray.init(address=address, **kwargs)
         else:
             temp_dir = ray_temp_dir()
+            if run_dir is not None:
+                made_run_dir = not run_dir.exists()
+                record = _write_record(run_dir, Driver.this(), temp_dir)
+            if num_gpus is not None:  # declared GPUs (Ray detects real ones by itself)
+                kwargs["num_gpus"] = num_gpus
             ray.init(num_cpus=num_cpus or os.cpu_count(), _temp_dir=temp_dir, **kwargs)
+            _check_loopback(ray)
     except ConnectionError as err:
         raise UserError(
             f"cannot reach a Ray cluster at {address!r}: {str(err).splitlines()[0]}",
             key="ray.address",
         ) from None
+    finally:
+        if temp_dir and not ray.is_initialized():  # Ray did not start: nothing to keep
+            _remove(temp_dir, record, made_run_dir)
     try:
         yield
     finally:
         ray.shutdown()
         if temp_dir:  # Ray leaves its session files behind
-            import shutil
+            _remove(temp_dir, record, made_run_dir)
 
-            shutil.rmtree(temp_dir, ignore_errors=True)
+
+def _remove(temp_dir: str, record: Path | None, made_run_dir: bool) -> None:
+    """Remove a local Ray's temp dir and its record (and the run directory when the session
+    created it and nothing else was written there)."""
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    if record is not None:
+        record.unlink(missing_ok=True)
+        for folder in (record.parent, record.parent.parent) if made_run_dir else (record.parent,):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty

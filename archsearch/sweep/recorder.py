@@ -70,6 +70,12 @@ def record_intermediate(state: SweepState, tune_id: str, result: dict[str, Any])
     value = result.get(metric) if metric else None
     if value is not None and math.isfinite(value):
         launched.intermediate.append([float(result.get("fraction", 0.0)), float(value)])
+    launched.latest = {
+        k: float(v)
+        for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    state.notify("evaluated", launched)
 
 
 def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
@@ -80,7 +86,7 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
     h = launched.arch.arch_hash
     state.running_by_hash.pop(h, None)
     state.launched -= 1
-    state.trained += 1
+    state.trial_walls.append(time.time() - launched.started)
     attrs: dict[str, Any] = {
         "node": result.get("node", ""),
         "orchestration_s": round(time.time() - launched.started, 3),
@@ -119,10 +125,27 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
     state.writer.finish(trial, status, reason, attrs, values)
     state.done_by_hash[h] = trial.number
     state.counts[status.value] += 1
+    if status == Status.TRAINED:
+        state.trained += 1
+    elif status == Status.FAILED:
+        state.failed += 1
+        state.gave_up = bool(state.max_failures) and state.failed >= state.max_failures
+    launched.latest.update(_final_numbers(attrs))
+    launched.latest["reason"] = reason  # type: ignore[assignment]
     for dup in state.pending_duplicates.pop(h, []):
         tell_duplicate(state, dup, trial.number, {})
-        state.counts[Status.DUPLICATE.value] -= 1  # counted when it was first seen
-    state.notify()
+    event = {Status.TRAINED: "finished", Status.STOPPED_EARLY: "stopped"}.get(status, "failed")
+    state.notify(event, launched)
+
+
+def _final_numbers(attrs: dict[str, Any]) -> dict[str, float]:
+    """What the progress line shows of an ended trial: its loss and tokens/s."""
+    metrics = attrs.get("metrics") or {}
+    out = {k: metrics[k] for k in ("val_loss", "val_bpb") if k in metrics}
+    tps = (attrs.get("train_metrics") or {}).get("tokens_per_s")
+    if tps:
+        out["tokens_per_s"] = tps
+    return out
 
 
 def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
@@ -148,6 +171,7 @@ def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
         },
         "probes": res.get("probes", {}),
         "metrics": res.get("metrics", {}),
+        "execution": res.get("execution", {}),
     }
 
 

@@ -5,7 +5,11 @@ check the storage is reachable, start (or reach) Ray, check the space has a feas
 and only then create or reopen the study. A rerun of the same command reopens the same study
 (`run_dir/study.db`, named after the space): its completed trials are kept, trials left RUNNING
 by a driver that died are marked FAIL ("interrupted") and enqueued again, and the sweep goes on
-until the study holds `trials` trained trials.
+until the study holds `trials` fully trained trials (trials stopped early, failed, infeasible,
+invalid or duplicate are counted beside, never in `trials`), the space is exhausted, or
+`max_failures` trials failed in this run. Ctrl-C marks the trials in flight interrupted,
+enqueues them for the next run, writes `sweep.json` and raises `KeyboardInterrupt` with what
+was interrupted.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
+from archsearch.resources import check_name, check_writable_dir
 from archsearch.space import SearchSpace
 from archsearch.study import (
     Status,
@@ -26,22 +32,35 @@ from archsearch.study import (
     check_storage_reachable,
     default_storage_url,
     open_storage,
+    study_names,
 )
-from archsearch.sweep.pricing import price
+from archsearch.sweep.drivers import (
+    GRACE_S,
+    HEARTBEAT_S,
+    Driver,
+    Heartbeat,
+    reap_dead,
+    requeue_stale,
+    sync,
+)
+from archsearch.sweep.pricing import assess
 from archsearch.sweep.ray_runtime import contain_ray, ray_session
 from archsearch.sweep.recorder import create_recorder
-from archsearch.sweep.searcher import create_searcher
+from archsearch.sweep.reference import study_reference
+from archsearch.sweep.searcher import create_searcher, settle_duplicates
 from archsearch.sweep.settings import EarlyStopping, LatencyMode, Sampler, SweepConfig
 from archsearch.sweep.state import SweepState
 
 __all__ = ["check_feasible", "run_sweep", "train_settings"]
 
 FEASIBILITY_PROBES = 2000  # candidates checked for feasibility before a sweep starts
+DRIVER_CPUS = 0.01  # the Tune trial that drives a data-parallel trial only waits on its workers
 
 
 def check_feasible(space: SearchSpace, device: str) -> int:
-    """Return how many of the first candidates are feasible; raise when none is."""
-    from archsearch.space import assignments, build, count
+    """Return how many of the first candidates are feasible; raise when none is. A candidate
+    that raises while it is built or priced counts as rejected (`assess`)."""
+    from archsearch.space import assignments, count
     from archsearch.space.candidates import sample_assignment
 
     size = count(space)
@@ -53,17 +72,13 @@ def check_feasible(space: SearchSpace, device: str) -> int:
     seen_valid = 0
     reasons: dict[str, int] = {}
     for a in source:
-        cand = build(space, a)
-        if not cand.ok:
-            reasons[cand.reason] = reasons.get(cand.reason, 0) + 1
-            continue
-        seen_valid += 1
-        priced = price(space, [], device, cand.arch)
-        if priced.feasible:
+        got = assess(space, [], device, a)
+        if got.status is None:
             return 1
-        for name, v in priced.violations.items():
-            if v > 0:
-                reasons[name] = reasons.get(name, 0) + 1
+        seen_valid += got.priced is not None
+        for kind in got.kinds:
+            kind = got.reason if kind == "error" else kind
+            reasons[kind] = reasons.get(kind, 0) + 1
     detail = ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
     raise UserError(
         f"no feasible candidate in {space.name!r} (checked {seen_valid} valid "
@@ -117,15 +132,25 @@ def make_scheduler(kind: EarlyStopping, metric: str | None, mode: str, n_evals: 
 
 
 def trained_so_far(writer: StudyWriter) -> tuple[int, dict[str, int]]:
-    """Trials that took training compute already in the study, and arch hash -> trial number
-    of finished ones."""
+    """Fully trained trials already in the study, and arch hash -> trial number of every
+    trial that spent training compute (trained, stopped early or failed: not tried again)."""
     trained, done = 0, {}
     for r in writer.records():
-        if r.status in {s.value for s in Status if s.took_budget} and r.state != "RUNNING":
-            trained += 1
-            if "arch_hash" in r.attrs:
-                done.setdefault(r.attrs["arch_hash"], r.number)
+        if r.state == "RUNNING" or r.status not in {s.value for s in Status if s.spent_compute}:
+            continue
+        trained += r.status == Status.TRAINED
+        if "arch_hash" in r.attrs:
+            done.setdefault(r.attrs["arch_hash"], r.number)
     return trained, done
+
+
+def study_counts(writer: StudyWriter) -> dict[str, int]:
+    """Trials in the study by status."""
+    counts: dict[str, int] = {}
+    for r in writer.records():
+        key = r.status or r.state.lower()
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 # ---- the sweep --------------------------------------------------------------------------------
@@ -148,6 +173,47 @@ def train_settings(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     return settings
 
 
+def check_placement(cfg: SweepConfig, train: dict[str, Any]) -> None:
+    """Refuse, before Ray starts, settings no trial could run under: a CUDA trial without GPUs
+    (or, on a local Ray, on a machine without CUDA), fp16 on CPU-only trials, a global batch
+    that does not split between the workers."""
+    from archsearch.trainers.config import TrainConfig
+    from archsearch.trainers.device import Placement, resolve_device
+
+    tc = TrainConfig.from_dict(train)
+    where = str(tc.device)
+    if where == "cuda" and cfg.gpus_per_trial == 0:
+        raise UserError("cuda trials need gpus_per_trial > 0", key="train.device")
+    if where == "auto" and cfg.gpus_per_trial == 0:
+        where = "cpu"  # what auto resolves to in a trial Ray assigned no GPU
+    if where != "auto" and (where != "cuda" or not cfg.ray.address):
+        try:  # the driver's machine is the cluster (or the trial runs on the CPU)
+            resolve_device(where, tc.precision, Placement())
+        except UserError as err:
+            raise UserError(err.detail, key=f"train.{err.key}") from None
+    workers = cfg.workers_per_trial
+    share = tc.batch_size // workers
+    if tc.batch_size % workers or share % (tc.micro_batch_size or share):
+        raise UserError(
+            f"train.batch_size {tc.batch_size} does not split into {workers} equal shares of "
+            f"whole micro batches ({tc.micro_batch_size or share})",
+            key="workers_per_trial",
+        )
+
+
+def check_cluster_gpus(cfg: SweepConfig) -> None:
+    """A trial asking for GPUs needs a Ray cluster that has them (declared or detected)."""
+    import ray
+
+    need = cfg.gpus_per_trial * cfg.workers_per_trial
+    have = ray.cluster_resources().get("GPU", 0)
+    if need > have:
+        raise UserError(
+            f"a trial needs {need:g} GPU(s) but the Ray cluster has {have:g}",
+            key="gpus_per_trial",
+        )
+
+
 def early_stopping_metric(space: SearchSpace) -> tuple[str | None, str]:
     for o in space.objectives:
         if o.spec.phase == "train":
@@ -162,7 +228,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
 
     from archsearch.cost.devices import device_names, load_device
 
-    contain_ray(cfg.ray.verbose)
+    contain_ray(cfg.ray.verbose, cfg.ray.address)
     device = load_device(cfg.device).name
     if not space.objectives:
         raise UserError("the space names no objectives", source=space.source, key="objectives")
@@ -170,15 +236,31 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         ("trials", cfg.trials),
         ("concurrency", cfg.concurrency),
         ("cpus_per_trial", cfg.cpus_per_trial),
+        ("workers_per_trial", cfg.workers_per_trial),
     ):
         if value <= 0:
             raise UserError(f"must be positive, got {value}", key=key)
-    study_name = cfg.study_name or space.name
+    if not cfg.gpus_per_trial >= 0:
+        raise UserError(f"must be 0 or positive, got {cfg.gpus_per_trial}", key="gpus_per_trial")
+    if cfg.max_failures < 0:
+        raise UserError(
+            f"must be 0 (never) or positive, got {cfg.max_failures}", key="max_failures"
+        )
+    if cfg.reference and len(cfg.reference) != len(space.objectives):
+        raise UserError(
+            f"give one value per objective ({len(space.objectives)}), got {len(cfg.reference)}",
+            key="reference",
+        )
+    if cfg.reference and not all(math.isfinite(v) for v in cfg.reference):
+        raise UserError(f"give finite numbers, got {list(cfg.reference)}", key="reference")
+    study_name = check_name(cfg.study_name or space.name, what="study", key="study_name")
     run_dir = Path(cfg.run_dir or Path("runs") / study_name).resolve()
+    check_writable_dir(run_dir, key="run_dir")  # before Ray starts or the study is touched
     url = cfg.storage.url or default_storage_url(run_dir)
     if cfg.storage.url:
         check_storage_reachable(url)
     train = train_settings(space, cfg)
+    check_placement(cfg, train)
     sampler = make_sampler(cfg.sampler, cfg.seed, cfg.trials)
     es_metric, es_mode = early_stopping_metric(space)
     from archsearch.trainers.config import TrainConfig
@@ -192,7 +274,10 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     except (ImportError, AttributeError):
         raise UserError(f"cannot import the trainable {cfg.trainable!r}", key="trainable") from None
 
-    with ray_session(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose):
+    with ray_session(
+        cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose, cfg.ray.num_gpus, run_dir=run_dir
+    ):
+        check_cluster_gpus(cfg)
         measure = None
         if (
             cfg.latency.mode == LatencyMode.measured
@@ -203,8 +288,16 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         run_dir.mkdir(parents=True, exist_ok=True)
         devices = sorted({*device_names(), device})
         meta = StudyMeta.for_space(space, device, devices, train)
-        writer, existed = StudyWriter.create_or_open(open_storage(url), study_name, meta, sampler)
-        for params in writer.mark_interrupted():
+        me = Driver.this()
+        storage = open_storage(
+            url, heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S, on_stale=requeue_stale
+        )
+        if study_name not in study_names(storage):
+            meta.reference, meta.reference_source = study_reference(space, device, cfg.reference)
+        writer, existed = StudyWriter.create_or_open(
+            storage, study_name, meta, sampler, driver=me.key
+        )
+        for params in reap_dead(writer, me):  # only dead drivers' trials: see `drivers`
             writer.study.enqueue_trial(params, skip_if_exists=False)
         trained, done = trained_so_far(writer)
         state = SweepState(
@@ -218,25 +311,65 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             trained=trained,
             done_by_hash=done,
             es_metric=es_metric,
+            max_failures=cfg.max_failures,
         )
         state.measure = measure
+        state.placement = {
+            "workers": cfg.workers_per_trial,
+            "cpus": cfg.cpus_per_trial,
+            "gpus": cfg.gpus_per_trial,
+        }
         t0 = time.time()
-        if trained < cfg.trials:
-            _fit(state, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals)
-        _finish_stragglers(state)
+        interrupted = False
+        first_number = len(writer.study.get_trials(deepcopy=False))
+        try:
+            if trained < cfg.trials:
+                with Heartbeat(state):
+                    _fit(state, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals)
+        except KeyboardInterrupt:
+            interrupted = True
+        sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
+        settle_duplicates(state)
+        _finish_stragglers(state, again=interrupted)
+        if interrupted:  # a trial of this run asked for but not yet launched when Ctrl-C came
+            for params in writer.mark_interrupted(lambda t: t.number >= first_number):
+                writer.study.enqueue_trial(params, skip_if_exists=False)
+        in_study = study_counts(writer)
     summary = {
         "study_name": study_name,
         "storage": url,
         "run_dir": str(run_dir),
         "resumed": existed,
         "wall_s": round(time.time() - t0, 1),
-        "counts": dict(state.counts),
+        "trials": cfg.trials,
         "trained_in_study": state.trained,
+        "trained_before": trained,
+        "counts": {k: v for k, v in sorted(state.counts.items()) if k != "launched"},
+        "in_study": in_study,
+        "outcome": _outcome(state, trained, interrupted),
         "exhausted": state.exhausted,
         "device": device,
+        "reference_point": StudyMeta.from_study(writer.study).reference,
     }
     (run_dir / "sweep.json").write_text(json.dumps(summary, indent=2))
+    if interrupted:
+        raise KeyboardInterrupt(
+            f"sweep of study {study_name!r} stopped with {state.trained} of {cfg.trials} trained "
+            f"trials in the study; the trials in flight are marked interrupted and run again "
+            f"first when the same command is run again"
+        )
     return summary
+
+
+def _outcome(state: SweepState, trained_before: int, interrupted: bool) -> str:
+    """How the run ended: interrupted, nothing_to_do, done, exhausted or gave_up."""
+    if interrupted:
+        return "interrupted"
+    if trained_before >= state.target:
+        return "nothing_to_do"
+    if state.trained >= state.target:
+        return "done"
+    return "gave_up" if state.gave_up else "exhausted"
 
 
 def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals) -> None:
@@ -244,14 +377,19 @@ def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, 
 
     from archsearch.sweep.progress import SweepProgress
 
+    if cfg.workers_per_trial > 1:  # the Tune trial is the Train driver; its workers hold the rest
+        resources = {"cpu": DRIVER_CPUS}
+    else:
+        resources = {"cpu": cfg.cpus_per_trial, "gpu": cfg.gpus_per_trial}
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": cfg.cpus_per_trial}),
+        tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(
             search_alg=create_searcher(state),
             scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals),
             num_samples=-1,
             max_concurrent_trials=cfg.concurrency,
-            reuse_actors=True,
+            # a data-parallel trial's driver is ended when Tune stops it, with its workers
+            reuse_actors=cfg.workers_per_trial == 1,
             trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
             trial_name_creator=lambda t: f"trial_{t.trial_id}",
         ),
@@ -264,20 +402,26 @@ def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, 
             log_to_file=True,
         ),
     )
-    with SweepProgress(state, enabled=cfg.format == "table") as progress:
+    stream = sys.stdout if cfg.format == "table" else sys.stderr  # json: stdout is the result
+    with SweepProgress(state, cfg.concurrency, stream=stream) as progress:
         state.on_change = progress.update
-        tuner.fit()
-        state.on_change = None
+        try:
+            tuner.fit()
+        finally:
+            state.on_change = None
 
 
-def _finish_stragglers(state: SweepState) -> None:
-    """Trials still open when Tune stopped (duplicates waiting on a trial that never ended)."""
+def _finish_stragglers(state: SweepState, *, again: bool) -> None:
+    """Trials still open when Tune stopped (duplicates waiting on a trial that never ended);
+    with `again` (Ctrl-C), the interrupted ones are enqueued for the next run."""
     for trials in state.pending_duplicates.values():
         for t in trials:
             state.writer.finish(
                 t, Status.DUPLICATE, "its original trial never finished", failed=True
             )
     for launched in state.by_tune_id.values():
-        state.writer.finish(
-            launched.optuna_trial, Status.INTERRUPTED, "the sweep ended before this trial did"
-        )
+        reason = "interrupted (Ctrl-C)" if again else "the sweep ended before this trial did"
+        state.writer.finish(launched.optuna_trial, Status.INTERRUPTED, reason)
+        if again and launched.optuna_trial.params:
+            state.writer.study.enqueue_trial(launched.optuna_trial.params, skip_if_exists=False)
+    state.by_tune_id.clear()

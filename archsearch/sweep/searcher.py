@@ -13,13 +13,15 @@ Tune.
 from __future__ import annotations
 
 import time
+from functools import partial
 
-from archsearch.space import build, suggest
+from archsearch.space import suggest
 from archsearch.study import Status
-from archsearch.sweep.pricing import Priced, price
+from archsearch.sweep.drivers import claim, sync
+from archsearch.sweep.pricing import Priced, assess
 from archsearch.sweep.state import Launched, SweepState
 
-__all__ = ["create_searcher", "next_candidate"]
+__all__ = ["create_searcher", "next_candidate", "settle_duplicates"]
 
 SKIP_LIMIT = 500  # consecutive untrainable suggestions before the space counts as exhausted
 
@@ -39,26 +41,34 @@ def create_searcher(state: SweepState):
 
 
 def next_candidate(state: SweepState, tune_id: str):
-    """Ask Optuna until a candidate worth training comes up; FINISHED at the end."""
+    """Ask Optuna until a candidate worth training comes up; None while the trials in flight
+    may still reach the target (one stopped early or failed makes room for another); FINISHED
+    when the study holds `target` fully trained trials, the space is exhausted, or too many
+    trials failed."""
     from ray.tune.search import Searcher
 
-    if state.launched + state.trained >= state.target or state.exhausted:
+    # other drivers' trials of the study count too; read afresh before a launch, or a driver
+    # whose view is a second old trains past the target while its peers finish trials
+    room = state.launched + state.running_elsewhere + state.trained < state.target
+    sync(state, force=room)
+    settle_duplicates(state)
+    if state.done:
         return Searcher.FINISHED
+    if state.launched + state.running_elsewhere + state.trained >= state.target:
+        return None
     writer = state.writer
     for _ in range(SKIP_LIMIT):
         trial = writer.ask()
-        cand = build(state.space, suggest(state.space, trial))
-        if not cand.ok:
-            _tell_untrained(state, trial, Status.INVALID, f"{cand.reason}: {cand.message}")
+        suggested = partial(suggest, state.space, trial)
+        got = assess(state.space, state.devices, state.device, suggested)
+        priced = got.priced
+        if priced is not None:
+            writer.set_constraints(trial, priced.violations)
+        if got.status is not None:
+            attrs = priced.attrs() if priced is not None else None
+            _tell_untrained(state, trial, got.status, got.reason, attrs)
             continue
-        priced = price(state.space, state.devices, state.device, cand.arch)
-        writer.set_constraints(trial, priced.violations)
-        if not priced.feasible:
-            _tell_untrained(
-                state, trial, Status.INFEASIBLE, "; ".join(priced.reasons), priced.attrs()
-            )
-            continue
-        h = cand.arch.arch_hash
+        h = priced.arch.arch_hash
         if h in state.done_by_hash:
             tell_duplicate(state, trial, state.done_by_hash[h], priced.attrs())
             continue
@@ -69,13 +79,17 @@ def next_candidate(state: SweepState, tune_id: str):
             )
             state.pending_duplicates[h].append(trial)
             continue
-        return _launch(state, tune_id, trial, priced)
+        config = _launch(state, tune_id, trial, priced)
+        if config is not None:
+            return config
     state.exhausted = True
     state.notify()
     return Searcher.FINISHED
 
 
-def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict:
+def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict | None:
+    """Claim the architecture and hand the trial to Tune; None when another driver's trial
+    holds it (this one then waits as its duplicate)."""
     from archsearch.trainers.config import TrainConfig
     from archsearch.trainers.trial import trial_key
 
@@ -86,6 +100,13 @@ def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict:
         trial,
         {**priced.attrs(), "status": Status.RUNNING, "reason": "", "trial_dir": str(trial_dir)},
     )
+    holder = claim(state, trial, arch.arch_hash)
+    if holder is not None:
+        reason = f"same architecture as trial {holder} (another driver's)"
+        state.writer.set_attrs(trial, {"status": Status.DUPLICATE, "reason": reason})
+        state.pending_duplicates[arch.arch_hash].append(trial)
+        state.synced_at = 0.0  # re-read the study at the next suggestion
+        return None
     launched = Launched(trial, arch, priced.costs, time.time())
     if state.measure is not None:
         launched.measure_ref = state.measure(arch.to_dict())
@@ -93,13 +114,14 @@ def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict:
     state.running_by_hash[arch.arch_hash] = trial.number
     state.launched += 1
     state.counts["launched"] += 1
-    state.notify()
+    state.notify("started", launched)
     return {
         "arch": arch.to_dict(),
         "train": cfg.to_dict(),
         "trial_dir": str(trial_dir),
         "metrics": state.training_labels,
         "optuna_number": trial.number,
+        "placement": state.placement,
     }
 
 
@@ -122,3 +144,12 @@ def tell_duplicate(state: SweepState, trial, original: int, attrs: dict) -> None
     )
     state.counts[Status.DUPLICATE.value] += 1
     state.notify()
+
+
+def settle_duplicates(state: SweepState) -> None:
+    """Tell the duplicates waiting on another driver's trial, once it has finished."""
+    for h in [h for h in state.pending_duplicates if h in state.done_by_hash]:
+        if h not in state.running_by_hash:
+            for dup in state.pending_duplicates.pop(h):
+                tell_duplicate(state, dup, state.done_by_hash[h], {})
+                state.counts[Status.DUPLICATE.value] -= 1  # counted when it was first seen

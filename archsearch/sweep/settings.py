@@ -48,6 +48,7 @@ class StorageSection:
 class RaySection:
     address: str | None = None
     num_cpus: int | None = None
+    num_gpus: float | None = None
     verbose: bool = False
 
 
@@ -70,8 +71,12 @@ class SweepConfig:
     run_dir: str | None = MISSING
     concurrency: int = MISSING
     cpus_per_trial: int = MISSING
+    gpus_per_trial: float = MISSING
+    workers_per_trial: int = MISSING
     early_stopping: EarlyStopping = MISSING
     budget: str | None = MISSING
+    max_failures: int = MISSING
+    reference: list[float] | None = MISSING
     train: dict[str, Any] = field(default_factory=dict)  # checked by TrainConfig.from_dict
     storage: StorageSection = field(default_factory=StorageSection)
     ray: RaySection = field(default_factory=RaySection)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ class Launched:
     started: float
     measure_ref: Any = None  # the Ray task timing the real model (latency.mode=measured)
     intermediate: list[list[float]] = field(default_factory=list)
+    latest: dict[str, float] = field(default_factory=dict)  # its last eval point (progress)
 
 
 @dataclass
@@ -35,18 +37,26 @@ class SweepState:
     devices: list[str]
     train: dict[str, Any]
     run_dir: Path
-    target: int  # trained trials wanted in the study
-    trained: int = 0  # trained trials in the study (earlier runs included)
+    target: int  # fully trained trials wanted in the study (`trials=`)
+    trained: int = 0  # fully trained trials in the study (earlier runs included)
+    max_failures: int = 0  # failed trials in this run before it gives up (0: never)
+    failed: int = 0  # failed trials in this run
+    gave_up: bool = False
     launched: int = 0
     counts: Counter = field(default_factory=Counter)
     by_tune_id: dict[str, Launched] = field(default_factory=dict)
     done_by_hash: dict[str, int] = field(default_factory=dict)  # arch hash -> trial number
     running_by_hash: dict[str, int] = field(default_factory=dict)
+    running_elsewhere: int = 0  # trials other drivers of the study are training (`drivers.sync`)
+    synced_at: float = 0.0  # when the study was last re-read
     pending_duplicates: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     exhausted: bool = False
     es_metric: str | None = None
     measure: Any = None  # callable(arch_dict) -> ObjectRef, for latency.mode=measured
-    on_change: Any = None  # progress callback
+    placement: dict[str, Any] = field(default_factory=dict)  # workers, cpus, gpus per worker
+    on_change: Any = None  # progress callback: on_change(state, event, launched)
+    started: float = field(default_factory=time.time)
+    trial_walls: list[float] = field(default_factory=list)  # wall time of trials ended this run
 
     @property
     def objective_specs(self) -> list[MetricSpec]:
@@ -56,6 +66,13 @@ class SweepState:
     def training_labels(self) -> list[str]:
         return [s.label for s in self.objective_specs if s.phase == "train"]
 
-    def notify(self) -> None:
+    @property
+    def done(self) -> bool:
+        """Whether the sweep should launch nothing more."""
+        return self.trained >= self.target or self.exhausted or self.gave_up
+
+    def notify(self, event: str = "", launched: Launched | None = None) -> None:
+        """Tell the progress display: `event` is one of started, evaluated, finished,
+        stopped, failed, or empty for a change of the counts."""
         if self.on_change is not None:
-            self.on_change(self)
+            self.on_change(self, event, launched)

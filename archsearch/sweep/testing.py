@@ -14,6 +14,10 @@ bookkeeping (early stopping, faults, resume, clusters) can be checked in seconds
 - `faulty`: like `synthetic`, but the trial's number in the study picks a fault (`fault_of`):
   raise an exception, end with a non-finite loss, run out of memory (a real allocation
   failure), have its worker process killed (SIGKILL, as the OOM killer does), or succeed.
+
+Their result's `execution` holds what the trial saw of its placement (the GPU ids Ray assigned,
+`CUDA_VISIBLE_DEVICES`) and when it started and ended (epoch seconds), so tests can check how
+trials were packed onto declared resources.
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ def synthetic_loss(arch_dict: dict[str, Any]) -> float:
 
 
 def _run(config: dict[str, Any], fault: str) -> None:
+    import ray
     from ray import tune
 
     from archsearch.sweep.trainable import node_id
 
+    started = time.time()
     sleep = float(os.environ.get("ARCHSEARCH_SYNTHETIC_SLEEP", "0.05"))
     final = synthetic_loss(config["arch"])
     node = node_id()
@@ -84,6 +90,14 @@ def _run(config: dict[str, Any], fault: str) -> None:
         "budget": "tokens:4000",
         "curve": [[1, 1000, final * 1.3], [4, 4000, final]],
         "evals": [],
+        "execution": {
+            "device": "cpu",
+            "workers": 1,
+            "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "started": started,
+            "ended": time.time(),
+        },
     }
     tune.report({**metrics, "final": True, "node": node, "result_json": json.dumps(result)})
 

@@ -273,6 +273,21 @@ class LinearMixer(nn.Module):
     are the same code run with the chunked or the recurrent engine.
     """
 
+    state_growth = "constant"
+    reads = (
+        "d_model",
+        "norm_eps",
+        "linear.n_heads",
+        "linear.key_dim",
+        "linear.value_dim",
+        "linear.expand",
+        "linear.feature_map",
+        "linear.normalize",
+        "linear.gate_rank",
+        "linear.conv_size",
+        "linear.output_gate",
+    )
+
     def __init__(self, arch, *, output_block: bool = True):
         super().__init__()
         lin = arch.linear

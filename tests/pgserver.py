@@ -1,0 +1,55 @@
+"""A private PostgreSQL server in a temp dir, for the tests and the study-size benchmark
+(initdb refuses root: it runs as the `postgres` user then). Every server started is stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+    assert versions, "PostgreSQL server binaries are missing (.ci/run installs them)"
+    return str(versions[-1] / name)
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """Start a server; yield its SQLAlchemy URL; stop it and remove its files."""
+    root = Path(tempfile.mkdtemp(prefix="as-pg-"))
+    data = root / "data"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres")
+    port = _free_port()
+    run = {"check": True, "capture_output": True}
+    subprocess.run(
+        _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]), **run
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+    start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log")]
+    subprocess.run(_as_postgres([*start, "-w", "start"]), **run)
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        stop = [_pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "stop"]
+        subprocess.run(_as_postgres(stop), capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,60 @@
+"""Long commands report progress on stderr: one line per step with an ETA when stderr is not a
+terminal, and stdout stays the same one JSON document with `format=json`."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from archsearch.cli.progress import StepProgress, step_line
+
+EXE = str(Path(sys.executable).with_name("archsearch"))
+LINE = re.compile(
+    r"^\d\d:\d\d:\d\d prune mcsd: (\d+)/(\d+) assignments built \(\d+%\); "
+    r"\S+ (ms|s|min \d\d s) elapsed, (ETA \S+ (ms|s)|ETA \d+ min \d\d s|done)$"
+)
+
+
+def test_prune_with_stderr_redirected_prints_a_line_per_step_and_json_on_stdout(tmp_path):
+    err = tmp_path / "stderr.log"
+    with err.open("w") as stderr:
+        proc = subprocess.run(
+            [EXE, "prune", "search_space=mcsd", "format=json"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)  # nothing but the JSON document
+    assert {"assignments", "survivors", "candidates", "pruned_by_constraint"} <= set(data)
+    lines = err.read_text().splitlines()
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    done = [int(m.group(1)) for m in matches]
+    total = data["assignments"]
+    assert {int(m.group(2)) for m in matches} == {total}
+    every = math.ceil(total / 20)
+    assert done == [*range(every, total, every), total]  # one line per twentieth, then the end
+    assert all(m.group(4).startswith("ETA") for m in matches[:-1])
+    assert matches[-1].group(4) == "done"
+
+
+def test_step_lines_estimate_the_rest_from_the_pace_so_far():
+    assert step_line("calibrate", 1, 4, "steps", 10.0).endswith("(25%); 10 s elapsed, ETA 30 s")
+    assert step_line("x", 0, 4, "steps", 1.0).endswith("ETA unknown")
+    stream = io.StringIO()
+    with StepProgress("profile", stream=stream) as progress:
+        assert not progress.live  # a StringIO is not a terminal
+        for k in range(1, 4):
+            progress(k, 3, "architectures predicted")
+    lines = stream.getvalue().splitlines()
+    assert [line.split(": ", 1)[1].split(";")[0] for line in lines] == [
+        f"{k}/3 architectures predicted ({k / 3:.0%})" for k in range(1, 4)
+    ]
