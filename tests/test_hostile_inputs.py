@@ -393,12 +393,35 @@ def study_dir(tmp_path_factory) -> Path:
     return home
 
 
-def snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
-    return {
-        str(p): (p.stat().st_size, p.stat().st_mtime_ns)
-        for root in roots
-        for p in sorted(root.rglob("*"))
-    }
+SQLITE_FILES = (".db", ".db-wal", ".db-shm")
+
+
+def snapshot(*roots: Path) -> dict[str, tuple[int, int] | str]:
+    """Every file with its size and mtime; an SQLite study by its trials instead (reading it
+    lets SQLite checkpoint its write-ahead log, which moves the file's bytes but not its data)."""
+    out: dict[str, tuple[int, int] | str] = {}
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            if p.name.endswith(SQLITE_FILES[1:]):
+                continue
+            out[str(p)] = (
+                _trials(p) if p.name.endswith(".db") else (p.stat().st_size, p.stat().st_mtime_ns)
+            )
+    return out
+
+
+def _trials(db: Path) -> str:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "select t.number, t.state, a.key, a.value_json from trials t "
+            "left join trial_user_attributes a on a.trial_id = t.trial_id order by 1, 3"
+        ).fetchall()
+    finally:
+        con.close()
+    return repr(rows)
 
 
 def write_input(case: Case, tmp: Path) -> Path:

@@ -58,7 +58,6 @@ def check_mixer_cmd(_sub: str | None, cfg: Any) -> int:
 
     from archsearch.models.conformance import ContractViolation, check_mixer, plugin_arch
 
-    output.check_format(cfg.format)
     if not cfg.mixer:
         raise UserError("name the mixer: module:Class or a registered name", key="mixer")
     for key in ("d_model", "tokens", "batch"):
