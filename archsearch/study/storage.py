@@ -87,7 +87,9 @@ def open_storage(
     kwargs: dict[str, Any] = {"engine_kwargs": engine_kwargs}
     if heartbeat_s:
         kwargs.update(
-            heartbeat_interval=heartbeat_s, grace_period=grace_s, failed_trial_callback=on_stale
+            heartbeat_interval=heartbeat_s,
+            grace_period=grace_s,
+            heartbeat_stale_trial_callback=on_stale,
         )
     try:
         storage = optuna.storages.RDBStorage(url, **kwargs)

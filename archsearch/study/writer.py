@@ -77,7 +77,9 @@ class StudyWriter:
 
     def ask(self):
         """A new trial, stamped with this writer's driver and its first heartbeat."""
-        trial = self.study.ask()
+        with warnings.catch_warnings():  # the heartbeat is kept by the driver (sweep/drivers.py)
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed", UserWarning)
+            trial = self.study.ask()
         if self.driver:
             trial.set_user_attr("driver", self.driver)
         self.beat([trial.number])
