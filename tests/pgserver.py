@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -39,7 +39,7 @@ def private_postgres() -> Iterator[str]:
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
-    port = _free_port()
+    port = free_port()
     run = {"check": True, "capture_output": True}
     subprocess.run(
         _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]), **run

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from pgserver import free_port, private_postgres
 
 from archsearch.study import records
 
@@ -25,63 +25,11 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pg_bin(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-    assert versions, "PostgreSQL server binaries are missing (.ci/run installs them)"
-    return str(versions[-1] / name)
-
-
-def _as_postgres(cmd: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
 @pytest.fixture
 def postgres():
-    """A private PostgreSQL server in a temp dir (initdb refuses root: run as `postgres`)."""
-    root = Path(tempfile.mkdtemp(prefix="as-pg-"))
-    data = root / "data"
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres")
-    port = free_port()
-    subprocess.run(
-        _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        _as_postgres(
-            [
-                _pg_bin("pg_ctl"),
-                "-D",
-                str(data),
-                "-o",
-                f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
-                "-l",
-                str(root / "log"),
-                "-w",
-                "start",
-            ]
-        ),
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            _as_postgres([_pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "stop"]),
-            capture_output=True,
-        )
-        shutil.rmtree(root, ignore_errors=True)
+    """A private PostgreSQL server (tests/pgserver.py), stopped after the test."""
+    with private_postgres() as url:
+        yield url
 
 
 def _ray_start(args: list[str], env: dict) -> subprocess.Popen:
