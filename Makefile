@@ -24,7 +24,7 @@ setup: $(STAMP)
 # multi-GB CUDA build. Quiet: pip's errors still show; the build's chatter does not.
 TORCH_INDEX ?=
 $(STAMP): pyproject.toml
-	@echo "setting up $(VENV) (PyTorch 2.13 CPU build and the project's dependencies: about 2 min)"
+	@echo "setting up $(VENV) (PyTorch 2.13 CPU build and the project's dependencies: 1-5 min)"
 	@python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	@$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_INDEX)

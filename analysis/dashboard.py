@@ -7,7 +7,8 @@ as the page `/archsearch`: the front on any device profile (the stored cost numb
 another device, or the cost model for one the sweep did not price), any pair or triple of
 axes, points coloured by mixer family or by attention share, the infeasible and untrained
 trials marked, and the front's table with the command that exports each trial. The page
-reads the study again on every draw, so it follows a sweep that is still running.
+reads the study again when a trial has been added or has ended since the last draw (one query
+tells), so it follows a sweep that is still running, and redraws a large study at once.
 
 Nothing is written to the study, and the server is local: it listens on 127.0.0.1 unless
 `host=` says otherwise, answers only GET and HEAD (optuna-dashboard's write API, which could
@@ -20,20 +21,29 @@ from __future__ import annotations
 
 import html
 import json
+import threading
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from archsearch.analysis.front_table import export_command, format_cell, front_columns
+from archsearch.analysis.front_table import (
+    SHOWN_ROWS,
+    export_command,
+    format_cell,
+    front_columns,
+    latency_note,
+    shown_note,
+)
 from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.analysis.plots import front_figure
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
-from archsearch.study import load
+from archsearch.study import StudyData, load
 
 __all__ = [
     "PAGE",
+    "Answers",
     "allowed_devices",
     "allowed_hosts",
     "front_payload",
@@ -47,11 +57,19 @@ __all__ = [
 PAGE = "/archsearch"
 
 
-def front_payload(url: str, study_name: str, home: Path | None, query: dict[str, str]) -> str:
-    """The JSON the page draws: the plotly figure, the front table, a caption."""
+def front_payload(
+    url: str,
+    study_name: str,
+    home: Path | None,
+    query: dict[str, str],
+    *,
+    data: StudyData | None = None,
+) -> str:
+    """The JSON the page draws: the plotly figure, the front table, a caption (of the study
+    as read now, or of `data`, the study as read before)."""
     from archsearch.cost.devices import load_device  # the cost model imports torch: on demand
 
-    data = load(url, study_name)
+    data = data or load(url, study_name)
     data.home = home
     device = query.get("device") or data.meta.get("device") or "rpi5"
     known = allowed_devices(data.meta)
@@ -69,7 +87,7 @@ def front_payload(url: str, study_name: str, home: Path | None, query: dict[str,
     cols = front_columns(p)
     rows = [
         [format_cell(k, row.get(k)) for k, _ in cols] + [export_command(p, row["trial"])]
-        for row in p.front_rows()
+        for row in p.front_rows(SHOWN_ROWS)
     ]
     rest = {
         "columns": [t for _, t in cols] + ["export"],
@@ -80,6 +98,8 @@ def front_payload(url: str, study_name: str, home: Path | None, query: dict[str,
             f"{len(p.study.records)} trials; front of {int(p.on_front.sum())} among "
             f"{len(p.trained)} fully trained; hypervolume {p.hypervolume:.4g} against the "
             f"reference point ({', '.join(f'{x:.4g}' for x in p.reference)})"
+            + (f"; {shown_note(p, SHOWN_ROWS)}" if shown_note(p, SHOWN_ROWS) else "")
+            + (f"; latency error: {latency_note(p)}" if latency_note(p) else "")
         ),
         "axes": [a.label for a in p.axes],
         "device": device,
@@ -159,6 +179,33 @@ def optuna_study_path(storage, study_name: str) -> str:
     return f"/dashboard/studies/{storage.get_study_id_from_name(study_name)}"
 
 
+class Answers:
+    """The page's answers while the study stays the same: a study of 100,000 trials is read
+    once, and each device and set of axes is answered once, until a trial is added or ends
+    (`StudyData.current_version`, one query per request); then the study is read again."""
+
+    def __init__(self, url: str, study_name: str, home: Path | None) -> None:
+        self.url, self.study_name, self.home = url, study_name, home
+        self.data: StudyData | None = None
+        self.payloads: dict[tuple, str] = {}
+        self.lock = threading.Lock()
+
+    def front(self, query: dict[str, str]) -> str:
+        with self.lock:  # the server answers in threads; one reads the study at a time
+            if (
+                self.data is None
+                or self.data.version is None
+                or (self.data.current_version() != self.data.version)
+            ):
+                self.data, self.payloads = load(self.url, self.study_name), {}
+            key = tuple(sorted(query.items()))
+            if key not in self.payloads:
+                self.payloads[key] = front_payload(
+                    self.url, self.study_name, self.home, query, data=self.data
+                )
+            return self.payloads[key]
+
+
 def make_app(storage, url: str, study_name: str, home: Path | None = None):
     """optuna-dashboard's WSGI app on `storage` (`archsearch.study.open_storage(url)`) with the
     archsearch page and its JSON route added."""
@@ -166,6 +213,7 @@ def make_app(storage, url: str, study_name: str, home: Path | None = None):
     from optuna_dashboard import wsgi
 
     app = wsgi(storage)
+    answers = Answers(url, study_name, home)
     data = load(url, study_name)
     study_page = optuna_study_path(storage, study_name)
     devices = allowed_devices(data.meta)
@@ -187,7 +235,7 @@ def make_app(storage, url: str, study_name: str, home: Path | None = None):
         bottle.response.content_type = "application/json"
         query = {k: bottle.request.query.getunicode(k) for k in ("device", "x", "y", "z")}
         try:
-            return front_payload(url, study_name, home, {k: v for k, v in query.items() if v})
+            return answers.front({k: v for k, v in query.items() if v})
         except UserError as err:
             bottle.response.status = 400
             return json.dumps({"error": str(err)})

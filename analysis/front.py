@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from archsearch.analysis.hypervolume import hypervolume as exact_hypervolume
-from archsearch.analysis.hypervolume import prefix_hypervolumes
-from archsearch.analysis.nondominated import non_dominated_minimised
+from archsearch.analysis.hypervolume import non_dominated_minimised, prefix_hypervolumes
 from archsearch.errors import UserError
 from archsearch.metrics import METRICS, MetricSpec, check_argument, parse_label, typed_value
 from archsearch.study import TrialRecord
@@ -128,7 +127,7 @@ def _nan(v: float | None) -> float:
 
 def non_dominated(values: np.ndarray, axes: list[Axis]) -> np.ndarray:
     """Mask of the rows no other row dominates (all finite; ties are kept), in O(n log n) for
-    two and three axes (`archsearch.analysis.nondominated`)."""
+    two and three axes (`archsearch.analysis.hypervolume`: moocore)."""
     signed = np.asarray(values, dtype=float).reshape(-1, len(axes)) * np.array(
         [a.sign for a in axes]
     )

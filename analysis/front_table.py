@@ -8,11 +8,40 @@ import math
 from typing import Any
 
 from archsearch.analysis.pareto import Pareto
-from archsearch.metrics import parse_label
+from archsearch.metrics import MetricSpec, parse_label
 from archsearch.study import redact
-from archsearch.units import human
+from archsearch.units import fmt_error, human
 
-__all__ = ["export_command", "format_cell", "front_columns", "front_facts"]
+__all__ = [
+    "LATENCIES",
+    "SHOWN_CONFIGS",
+    "SHOWN_ROWS",
+    "axis_error",
+    "export_command",
+    "format_cell",
+    "front_columns",
+    "front_facts",
+    "latency_note",
+    "shown_note",
+]
+
+LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")  # predicted latencies: shown with their error
+
+# a cluster study's front can hold tens of thousands of architectures: tables show the first
+# rows by the first axis (front.json and `archsearch export` have every one)
+SHOWN_ROWS = 200
+SHOWN_CONFIGS = 50  # full configurations in the report
+
+
+def shown_note(p: Pareto, shown: int) -> str | None:
+    """What a table of the first `shown` front members leaves out (None: nothing)."""
+    n = int(p.on_front.sum())
+    if n <= shown:
+        return None
+    return (
+        f"showing the first {shown} of the {n} front members by {p.axes[0].label}; front.json "
+        "lists every one"
+    )
 
 
 def front_columns(p: Pareto) -> list[tuple[str, str]]:
@@ -30,6 +59,34 @@ def front_columns(p: Pareto) -> list[tuple[str, str]]:
     ]
 
 
+def axis_error(label: str) -> float | None:
+    """The relative error a predicted latency (`decode_ms[rpi5,...]`) carries: its device
+    profile's held-out error (`archsearch.cost.devices.latency_error`); None for other
+    metrics and for profiles without validation figures."""
+    from archsearch.cost.devices import spec_error
+
+    try:
+        spec = MetricSpec.parse(label)
+    except ValueError:
+        return None
+    return spec_error(spec)
+
+
+def latency_note(p: Pareto) -> str | None:
+    """How the latencies on the axes were obtained and what their +- means (None: no latency
+    axis)."""
+    from archsearch.cost.devices import describe_error, load_device
+
+    devices = []
+    for a in p.axes:
+        name, args = parse_label(a.label)
+        if name in LATENCIES:
+            devices.append(args.get("device", p.device))
+    if not devices:
+        return None
+    return " | ".join(describe_error(load_device(d)) for d in dict.fromkeys(devices))
+
+
 def format_cell(label: str, v: Any) -> str:
     """One cell of the column `label`: counts and bytes in human units, '-' when unknown."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -39,6 +96,8 @@ def format_cell(label: str, v: Any) -> str:
         return human(v)
     if "bytes" in name:
         return human(v, "B")
+    if name in LATENCIES:
+        return f"{v:.4g} {fmt_error(axis_error(label))}"
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
@@ -70,6 +129,7 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
         ("front", f"{int(p.on_front.sum())} of {len(p.trained)} fully trained architectures"),
         ("reference point", f"({', '.join(f'{x:.6g}' for x in p.reference)}): {ref_how}"),
         ("hypervolume", f"{p.hypervolume:.6g} (in the axes' stored units: bytes, ms, nats...)"),
+        ("latency error", latency_note(p) or "no latency axis"),
         ("training recipe", training_recipe(meta.get("train") or {})),
         (
             "cost conventions",

@@ -80,8 +80,9 @@ class Pareto:
             self.kv_label: value_of(r, self.kv_label, objectives),
         }
 
-    def front_rows(self) -> list[dict[str, Any]]:
-        return [self.row(r, v) for r, v in self.front]
+    def front_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The front's rows, best first by the first axis; the first `limit` of them."""
+        return [self.row(r, v) for r, v in self.front[:limit]]
 
     def summary(self) -> dict[str, Any]:
         """Everything as plain data (for format=json and front.json)."""

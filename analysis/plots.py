@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from archsearch.analysis.front import Axis, axis_title, display_scale, log_axis, points
+from archsearch.analysis.front_table import LATENCIES, axis_error
 from archsearch.analysis.pareto import Pareto
 from archsearch.metrics import parse_label
 from archsearch.study import TrialRecord
+from archsearch.units import fmt_error
 
 PALETTE = (
     "#1f77b4",
@@ -181,6 +183,19 @@ def front_mpl(p: Pareto):
         for on, style in ((False, DOMINATED_STYLE), (True, FRONT_STYLE)):
             rows = p.on_front == on
             sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
+        bars = error_bars(p, tv[p.on_front])
+        if bars[i] is not None or bars[j] is not None:
+            ax.errorbar(
+                tv[p.on_front, i],
+                tv[p.on_front, j],
+                xerr=bars[i],
+                yerr=bars[j],
+                fmt="none",
+                ecolor="black",
+                elinewidth=0.8,
+                alpha=0.5,
+                zorder=1,
+            )
         if d == 2:
             stairs, where = staircase(p, tv[p.on_front][:, [i, j]])
             ax.step(stairs[:, 0], stairs[:, 1], where=where, color="black", lw=1, ls="--", zorder=2)
@@ -205,8 +220,8 @@ def front_mpl(p: Pareto):
                 if at is not None:
                     _draw_band(ax, at, horizontal, ov[band[:, k]][:, i if horizontal else j])
                     banded = True
-        ax.set_xlabel(views[i].title, fontsize=9)
-        ax.set_ylabel(views[j].title, fontsize=9)
+        ax.set_xlabel(views[i].title + _error_note(p.axes[i].label), fontsize=9)
+        ax.set_ylabel(views[j].title + _error_note(p.axes[j].label), fontsize=9)
         ax.grid(alpha=0.3)
         if by_share:
             fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
@@ -270,6 +285,23 @@ def front_mpl(p: Pareto):
     fig.suptitle(title(p), fontsize=11)
     fig.tight_layout(rect=(0, (0.1 + 0.19 * rows) / fig.get_figheight(), 1, 1))
     return fig
+
+
+def error_bars(p: Pareto, pts: np.ndarray) -> list[np.ndarray | None]:
+    """Per axis, the half-widths of the +-error band of each point (display units), or None
+    for an axis that carries no error (not a predicted latency, or an unvalidated profile)."""
+    out = []
+    for k, a in enumerate(p.axes):
+        err = axis_error(a.label)
+        out.append(None if err is None else np.abs(pts[:, k]) * err)
+    return out
+
+
+def _error_note(label: str) -> str:
+    """' (+-14%)' after the title of a predicted-latency axis (' (+-?)' when unvalidated)."""
+    if parse_label(label)[0] not in LATENCIES:
+        return ""
+    return f" ({fmt_error(axis_error(label))})"
 
 
 def log_scale(ax, which: str, base: int = 10) -> None:
@@ -373,11 +405,12 @@ def front_figure(p: Pareto):
     views = axis_views(p)
     tv, ov, band = placed(p, views)
     colours = family_colours([_family(r) for r in p.trained + p.others])
+    hover = _Hover(p)
     traces = [
-        *_family_traces(p, tv, colours),
-        _share_trace(p, tv),
-        _front_trace(p, tv),
-        *_other_traces(p, ov, colours),
+        *_family_traces(p, tv, colours, hover),
+        _share_trace(p, tv, hover),
+        _front_trace(p, tv, hover),
+        *_other_traces(p, ov, colours, hover),
     ]
     scatter = go.Scatter if len(p.axes) == 2 else go.Scatter3d
     fig = go.Figure([scatter(**t) for t in traces])
@@ -385,29 +418,43 @@ def front_figure(p: Pareto):
     return fig
 
 
-def _hover(p: Pareto, r: TrialRecord, v: np.ndarray, group: str) -> str:
-    from html import escape
+class _Hover:
+    """The hover texts of a figure's trials, each written once (a study can have 100,000)."""
 
-    lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
-    lines.append(f"family {_family(r)}, attention share {_share(r):.2f}")
-    for a, x in zip(p.axes, v):
-        lines.append(f"{a.label} = {x:.5g}" if np.isfinite(x) else f"{a.label}: not trained")
-    if r.reason:
-        lines.append(r.reason[:120])
-    return "<br>".join(escape(line) for line in lines)
+    def __init__(self, p: Pareto) -> None:
+        self.p = p
+        self.notes = [_error_note(a.label) for a in p.axes]  # one profile read per axis
+        self.trained = np.array(
+            [
+                self.text(r, v, "front" if on else "trained")
+                for r, v, on in zip(p.trained, p.values, p.on_front)
+            ],
+            dtype=str,
+        )
+
+    def text(self, r: TrialRecord, v: np.ndarray, group: str) -> str:
+        from html import escape
+
+        lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
+        lines.append(f"family {_family(r)}, attention share {_share(r):.2f}")
+        for a, x, note in zip(self.p.axes, v, self.notes):
+            lines.append(
+                f"{a.label} = {x:.5g}{note}" if np.isfinite(x) else f"{a.label}: not trained"
+            )
+        if r.reason:
+            lines.append(r.reason[:120])
+        return "<br>".join(escape(line) for line in lines)
 
 
-def _trained_hover(p: Pareto, k: int) -> str:
-    """The hover text of the k-th fully trained trial."""
-    return _hover(p, p.trained[k], p.values[k], "front" if p.on_front[k] else "trained")
+def _coords(points: np.ndarray) -> dict[str, np.ndarray]:
+    """A trace's x, y (and z) from display coordinates [n, d]; arrays, which plotly takes
+    without checking each element (lists of 100,000 points take seconds)."""
+    return {
+        name: np.ascontiguousarray(points[:, k]) for k, name in enumerate("xyz"[: points.shape[1]])
+    }
 
 
-def _coords(points: np.ndarray) -> dict[str, list[float]]:
-    """A trace's x, y (and z) from display coordinates [n, d]."""
-    return {name: points[:, k].tolist() for k, name in enumerate("xyz"[: points.shape[1]])}
-
-
-def _family_traces(p: Pareto, tv: np.ndarray, colours: dict[str, str]) -> list[dict]:
+def _family_traces(p: Pareto, tv: np.ndarray, colours: dict[str, str], hover: _Hover) -> list[dict]:
     """One trace per mixer family of the fully trained trials (the family view)."""
     families = [_family(r) for r in p.trained]
     traces = []
@@ -420,7 +467,7 @@ def _family_traces(p: Pareto, tv: np.ndarray, colours: dict[str, str]) -> list[d
                 "name": f,
                 "legendgroup": f,
                 "marker": {"color": colours[f], "size": _size(p, 9, 5), "opacity": 0.85},
-                "hovertext": [_trained_hover(p, k) for k in rows],
+                "hovertext": hover.trained[rows],
                 "hoverinfo": "text",
                 "meta": {"kind": "family", "trials": [p.trained[k].number for k in rows]},
             }
@@ -428,28 +475,28 @@ def _family_traces(p: Pareto, tv: np.ndarray, colours: dict[str, str]) -> list[d
     return traces
 
 
-def _share_trace(p: Pareto, tv: np.ndarray) -> dict:
+def _share_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
     """The fully trained trials coloured by attention share (the share view, hidden at first)."""
     return {
         **_coords(tv),
         "mode": "markers",
         "name": "attention share",
         "marker": {
-            "color": [_share(r) for r in p.trained],
+            "color": np.array([_share(r) for r in p.trained], dtype=float),
             "colorscale": "Viridis",
             "cmin": 0.0,
             "cmax": 1.0,
             "size": _size(p, 9, 5),
             "colorbar": {"title": {"text": "attention<br>share"}},
         },
-        "hovertext": [_trained_hover(p, k) for k in range(len(p.trained))],
+        "hovertext": hover.trained,
         "hoverinfo": "text",
         "visible": False,
         "meta": {"kind": "share", "trials": [r.number for r in p.trained]},
     }
 
 
-def _front_trace(p: Pareto, tv: np.ndarray) -> dict:
+def _front_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
     """The front's points ringed in black; in 2-D joined by its staircase (sorted by x)."""
     order = np.flatnonzero(p.on_front)
     if len(p.axes) == 2:
@@ -461,8 +508,15 @@ def _front_trace(p: Pareto, tv: np.ndarray) -> dict:
         }
     else:
         style = {"mode": "markers"}
+    bars = error_bars(p, tv[order]) if len(p.axes) == 2 else [None, None]
+    errors = {
+        f"error_{name}": {"type": "data", "array": b.tolist(), "thickness": 1, "color": "black"}
+        for name, b in zip("xy", bars)
+        if b is not None
+    }
     return {
         **_coords(tv[order]),
+        **errors,
         "name": "Pareto front",
         "marker": {
             "size": _size(p, 15, 8),
@@ -470,14 +524,14 @@ def _front_trace(p: Pareto, tv: np.ndarray) -> dict:
             "line": {"color": "black", "width": 2},
             "symbol": "circle" if len(p.axes) == 2 else "circle-open",
         },
-        "hovertext": [_hover(p, p.trained[k], p.values[k], "front") for k in order],
+        "hovertext": hover.trained[order],
         "hoverinfo": "text",
         "meta": {"kind": "front", "trials": [p.trained[k].number for k in order]},
         **style,
     }
 
 
-def _other_traces(p: Pareto, ov: np.ndarray, colours: dict[str, str]) -> list[dict]:
+def _other_traces(p: Pareto, ov: np.ndarray, colours: dict[str, str], hover: _Hover) -> list[dict]:
     """The trials that are not fully trained and feasible, one trace per kind (both views)."""
     traces = []
     for group, (_, symbol, text) in OTHER_MARKERS.items():
@@ -499,7 +553,9 @@ def _other_traces(p: Pareto, ov: np.ndarray, colours: dict[str, str]) -> list[di
                     "color": [colours[_family(p.others[k])] for k in rows],
                     "line": {"width": 1.5},
                 },
-                "hovertext": [_hover(p, p.others[k], p.other_values[k], group) for k in rows],
+                "hovertext": np.array(
+                    [hover.text(p.others[k], p.other_values[k], group) for k in rows], dtype=str
+                ),
                 "hoverinfo": "text",
                 "meta": {"kind": group, "trials": [p.others[k].number for k in rows]},
             }

@@ -9,7 +9,11 @@ tokens, then greedy decoding one token per step up to the longest length, for ev
 `repeats` times after a warm-up. At each length of `lengths` it records the time since the
 prompt started, the step latency (median of the steps since the previous length), the bytes
 the decode state holds (`LanguageModel.state_nbytes`: the KV cache or the recurrent state) and
-the process's resident memory. Figures are medians over the repeats.
+the process's resident memory. Figures are medians over the repeats. `runtime` says where the
+model runs (`archsearch.runtimes`): `torch` eager, or `onnxruntime`, where the prefill and the
+decode step (with its state as inputs and outputs) are exported once before timing and the
+runtime's logits are checked against PyTorch's over the prompt and `check_steps` decode steps
+(`logit_check`); a candidate that does not export is not measured, with the one-line reason.
 
 Predicted: the cost model (`archsearch.cost.model`) on a device profile at a precision: total
 inference memory and cache bytes, decode time per step at that context, and the end-to-end time
@@ -34,6 +38,8 @@ class Settings:
     repeats: int
     threads: int
     precision: str  # of the predictions
+    runtime: str = "torch"  # where the measurement runs (archsearch.runtimes.RUNTIMES)
+    check_steps: int = 4  # decode steps of the logits check against PyTorch (not torch)
 
 
 # ---- measured -----------------------------------------------------------------------------------
@@ -48,28 +54,38 @@ def measure(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
 
     from archsearch.arch import ArchConfig
     from archsearch.models import build_model
+    from archsearch.runtimes import deploy, logit_error
 
     torch.set_num_threads(s.threads)
     torch.manual_seed(0)
     arch = ArchConfig.from_dict(arch_dict)
     model = build_model(arch).eval()
     proc = psutil.Process()
-    out: dict[str, Any] = {"rss_after_build": proc.memory_info().rss, "batches": {}}
     n_max = s.lengths[-1]
+    run = deploy(model, s.runtime, prompt=s.prompt, max_context=s.prompt + n_max, threads=s.threads)
+    out: dict[str, Any] = {
+        "runtime": s.runtime,
+        "rss_after_build": proc.memory_info().rss,
+        "batches": {},
+    }
     g = torch.Generator().manual_seed(0)
+    if s.runtime != "torch":
+        idx = torch.randint(0, arch.vocab_size, (1, s.prompt), generator=g)
+        diff, scale = logit_error(model, run, idx, min(s.check_steps, n_max))
+        out["logit_check"] = {"max_abs_diff": diff, "max_abs_logit": scale, "steps": s.check_steps}
     with torch.inference_mode():
         for B in s.batches:
             runs = []
             for _ in range(s.repeats + 1):  # the first run warms up
                 idx = torch.randint(0, arch.vocab_size, (B, s.prompt), generator=g)
                 t0 = time.perf_counter()
-                logits, state = model.prefill(idx)
+                logits, state = run.prefill(idx)
                 tok = logits[:, -1].argmax(-1)
                 t_prefill = time.perf_counter() - t0
                 steps, snaps, last = [], [], 0
                 for n in range(1, n_max + 1):
                     t = time.perf_counter()
-                    logits, state = model.step(tok, state)
+                    logits, state = run.step(tok, state)
                     tok = logits.argmax(-1)
                     steps.append(time.perf_counter() - t)
                     if n in s.lengths:
@@ -160,9 +176,10 @@ def profile(
     progress: Callable[[int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """For each architecture: its size, the measured numbers (None when not measured, with the
-    reason) and the predictions for every device; `progress(done, total, step)` after each
-    architecture."""
+    reason: too large, or the one-line reason it does not export to `s.runtime`) and the
+    predictions for every device; `progress(done, total, step)` after each architecture."""
     from archsearch.cost import columns, params
+    from archsearch.runtimes import ExportError
 
     out = []
     for arch in archs:
@@ -181,7 +198,10 @@ def profile(
         elif n_params > measure_max_params:
             entry["not_measured"] = f"{n_params / 1e6:.3g}M params > max_params"
         else:
-            entry["measured"] = measure_isolated(arch.to_dict(), s)
+            try:
+                entry["measured"] = measure_isolated(arch.to_dict(), s)
+            except ExportError as e:
+                entry["not_measured"] = f"does not run in {s.runtime}: {e}"
         out.append(entry)
         if progress is not None:
             how = "measured and predicted" if entry["measured"] else "predicted"
@@ -328,6 +348,8 @@ def summary_rows(results: list[dict[str, Any]], devices: list[str], s: Settings)
         m = e["measured"]
         if m is not None:
             p = m["batches"][B]["points"][-1]
+            if "logit_check" in m:
+                row["max_abs_logit_diff"] = m["logit_check"]["max_abs_diff"]
             row.update(
                 state_bytes=p["state_bytes"],
                 step_ms=p["step_ms"],

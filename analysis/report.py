@@ -13,10 +13,13 @@ from typing import Any
 
 from archsearch.analysis import plots
 from archsearch.analysis.front_table import (
+    SHOWN_CONFIGS,
+    SHOWN_ROWS,
     export_command,
     format_cell,
     front_columns,
     front_facts,
+    shown_note,
 )
 from archsearch.analysis.pareto import Pareto, analyse, choose_axes
 from archsearch.arch import ArchConfig
@@ -112,10 +115,13 @@ def markdown_report(p: Pareto) -> str:
         "| " + " | ".join(t for _, t in cols) + " |",
         "|" + "---|" * len(cols),
     ]
-    for row in p.front_rows():
+    for row in p.front_rows(SHOWN_ROWS):
         lines.append("| " + " | ".join(format_cell(k, row.get(k)) for k, _ in cols) + " |")
-    lines += ["", "## Configurations", ""]
-    for r, v in p.front:
+    note = shown_note(p, SHOWN_ROWS)
+    lines += ["", note or "", "## Configurations", ""]
+    if shown_note(p, SHOWN_CONFIGS):
+        lines += [f"The first {SHOWN_CONFIGS}; `archsearch export` writes any other.", ""]
+    for r, v in p.front[:SHOWN_CONFIGS]:
         lines += [
             f"### Trial {r.number}: {r.attrs.get('summary')} (`{r.attrs.get('arch_hash')}`)",
             "",
@@ -138,15 +144,16 @@ def html_report(p: Pareto) -> str:
     head = "".join(f"<th>{e(t)}</th>" for _, t in cols)
     body = "".join(
         "<tr>" + "".join(f"<td>{e(format_cell(k, row.get(k)))}</td>" for k, _ in cols) + "</tr>"
-        for row in p.front_rows()
+        for row in p.front_rows(SHOWN_ROWS)
     )
+    body_note = f"<p>{e(shown_note(p, SHOWN_ROWS) or '')}</p>"
     configs = "".join(
         f"<h3>Trial {r.number}: {e(str(r.attrs.get('summary')))} "
         f"(<code>{e(str(r.attrs.get('arch_hash')))}</code>)</h3>"
         f"<p>{e(', '.join(f'{a.label} = {x:.6g}' for a, x in zip(p.axes, v)))}</p>"
         f"<p>Export: <code>{e(export_command(p, r.number))}</code></p>"
         f"<pre>{e(_resolved_yaml(r))}</pre>"
-        for r, v in p.front
+        for r, v in p.front[:SHOWN_CONFIGS]
     )
     figure = plots.front_figure(p).to_html(full_html=False, include_plotlyjs=False, div_id="front")
     return f"""<!doctype html>
@@ -165,6 +172,7 @@ pre {{ background: #f6f6f6; padding: 0.8em; font-size: 0.85em; }}
 <p><img src="hypervolume.png" alt="hypervolume history"></p>
 <h2>The front</h2>
 <table><tr>{head}</tr>{body}</table>
+{body_note}
 <h2>Configurations</h2>
 {configs}
 </body></html>

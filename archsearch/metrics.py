@@ -35,6 +35,8 @@ from archsearch.errors import UserError
 
 __all__ = [
     "CACHE_BITS",
+    "MARGINS",
+    "MARGIN_METRICS",
     "METRICS",
     "PRECISIONS",
     "PROBE_TASKS",
@@ -260,23 +262,34 @@ def typed_value(value: Any) -> Any:
     return value
 
 
+# metrics a constraint may bound with `margin: error` (predicted latencies, whose device
+# profile states their error: `archsearch.cost.devices.latency_error`)
+MARGIN_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
+MARGINS = ("none", "error")
+
+
 @dataclass(frozen=True)
 class Constraint:
     spec: MetricSpec
     max: float | None = None
     min: float | None = None
+    # "error": bound the conservative end of the prediction's band instead of the prediction
+    margin: str = "none"
 
     @property
     def name(self) -> str:
         return self.spec.label
 
-    def violation(self, value: float) -> float:
-        """<= 0 when satisfied (Optuna's convention), else how far outside the bound."""
+    def violation(self, value: float, error: float = 0.0) -> float:
+        """<= 0 when satisfied (Optuna's convention), else how far outside the bound. With
+        `margin: error`, `error` is the prediction's relative error e: `max` bounds
+        value x (1 + e) and `min` bounds value x (1 - e) (the band's far end)."""
+        e = error if self.margin == "error" else 0.0
         excess = []
         if self.max is not None:
-            excess.append(value - self.max)
+            excess.append(value * (1.0 + e) - self.max)
         if self.min is not None:
-            excess.append(self.min - value)
+            excess.append(self.min - value * (1.0 - e))
         return max(excess)
 
     def describe(self) -> str:
@@ -285,7 +298,8 @@ class Constraint:
             bounds.append(f">= {self.min:g}")
         if self.max is not None:
             bounds.append(f"<= {self.max:g}")
-        return f"{self.spec.label} {' and '.join(bounds)}"
+        margin = " (margin: error, the prediction's far end)" if self.margin == "error" else ""
+        return f"{self.spec.label} {' and '.join(bounds)}{margin}"
 
 
 @dataclass(frozen=True)
@@ -387,10 +401,25 @@ def parse_constraints(
     out = []
     for i, entry in enumerate(raw):
         key = f"constraints[{i}]"
-        spec, bounds = reader.metric(entry, key, ("max", "min"))
+        spec, given = reader.metric(entry, key, ("max", "min", "margin"))
+        margin = given.pop("margin", "none")
+        bounds = given
         if not bounds:
             raise UserError(
                 f"constraint on {spec.metric!r} needs 'max' or 'min'", source=source, key=key
+            )
+        if margin not in MARGINS:
+            raise UserError(
+                f"margin must be one of {', '.join(MARGINS)}, got {margin!r}",
+                source=source,
+                key=f"{key}.margin",
+            )
+        if margin == "error" and spec.metric not in MARGIN_METRICS:
+            raise UserError(
+                f"margin: error applies to predicted latencies ({', '.join(MARGIN_METRICS)}), "
+                f"not {spec.metric!r}",
+                source=source,
+                key=f"{key}.margin",
             )
         unit = spec.definition.unit
         lo = (
@@ -405,7 +434,7 @@ def parse_constraints(
         )
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"min {lo:g} is above max {hi:g}", source=source, key=key)
-        out.append(Constraint(spec, max=hi, min=lo))
+        out.append(Constraint(spec, max=hi, min=lo, margin=margin))
     return out
 
 

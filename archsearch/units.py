@@ -8,6 +8,7 @@ from typing import Any
 
 __all__ = [
     "fmt_duration",
+    "fmt_error",
     "fmt_ms",
     "fmt_value",
     "human",
@@ -51,6 +52,13 @@ def fmt_duration(seconds: float | None) -> str:
 def fmt_ms(ms: float | None) -> str:
     """Milliseconds as a duration ('19.9 s', not '1.988e+04 ms')."""
     return "-" if ms is None else fmt_duration(ms / 1e3)
+
+
+def fmt_error(rel: float | None) -> str:
+    """A relative error as a band: 0.142 -> '+-14%' ('+-?' when unknown)."""
+    if rel is None or not math.isfinite(rel):
+        return "+-?"
+    return f"+-{100 * rel:.0f}%" if rel >= 0.01 else f"+-{100 * rel:.1g}%"
 
 
 def human(n: float | None, unit: str = "") -> str:

@@ -17,11 +17,16 @@ With `--studies 1000 10000 100000` it measures instead what a user waits for on 
 of that many trials, in SQLite and in PostgreSQL (a private server it starts and stops): the
 time to open the study (`archsearch.study.load`, read in pages), the front
 (`analysis.front.front`), the hypervolume history (2 and 3 objectives) and `analyse` as
-`pareto` and the dashboard's front run it, and the dashboard's whole answer (`front_payload`,
-with its plotly figure). The synthetic sweeps have three objectives with values near a curved
-trade-off surface (a large front), trial attributes as the sweep stores them (the `tiny`
-space's priced candidates, a loss curve) and the sweep's mix of statuses; they are written
-once through `StudyWriter.add_finished` and cached under `--cache`. Figures are medians of
+`pareto` and the dashboard's front run it on the study read once, what `pareto` waits for
+before writing its files (a fresh read, then `analyse`: `pareto_s`), the dashboard's whole
+first answer (`front_payload`, with its plotly figure) and its next one for another device on
+the study it has read (`dashboard_redraw_s`). The synthetic sweeps have three objectives
+with values near a curved trade-off surface (a large front), trial attributes as the sweep
+stores them (the `tiny` space's priced candidates, a loss curve) and the sweep's mix of
+statuses; they are written
+once through `StudyWriter.add_finished` and cached under `--cache` (SQLite files, and the
+PostgreSQL server's data folder, kept between runs; the 100,000-trial PostgreSQL study is a
+row-for-row copy of the SQLite one's tables: see `COPY_FROM_SQLITE`). Figures are medians of
 `--repeats` runs. Saves benchmarks/results/analysis_study_size.json.
 """
 
@@ -52,8 +57,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 MACHINE = {
     "cpus": os.cpu_count(),
     "load_avg": os.getloadavg(),
-    "note": "2 cores shared by five engineers working at the same time: figures are medians "
-    "of repeats, taken under their load",
+    "note": "2 cores; the load average when the run started is beside; figures are medians "
+    "of repeats",
 }
 OBJECTIVES = ["val_loss", "decode_ms[rpi5,context=1024,precision=fp16]", "params"]
 
@@ -90,6 +95,7 @@ def main() -> None:
     p.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"])
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "archsearch-bench-studies"))
     p.add_argument("--out", default=None)
+    p.add_argument("--writers", type=int, default=1, help="processes writing a PostgreSQL study")
     args = p.parse_args()
     if args.studies:
         study_sizes(args)
@@ -168,8 +174,22 @@ def main() -> None:
 # ---- stored studies -------------------------------------------------------------------------
 
 
-def write_study(url: str, n: int, seed: int = 0) -> None:
-    """A synthetic sweep of `n` trials (see the module docstring), through the one writer."""
+def write_study(url: str, n: int, seed: int = 0, writers: int = 1) -> None:
+    """A synthetic sweep of `n` trials (see the module docstring), through the one writer;
+    `writers` processes write it at once, as concurrent sweep drivers do (PostgreSQL)."""
+    if writers > 1:
+        import multiprocessing
+
+        write_study(url, 0, seed)  # creates the study and its meta
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(writers) as pool:
+            pool.starmap(write_part, [(url, n, seed, k, writers) for k in range(writers)])
+        return
+    write_part(url, n, seed, 0, 1)
+
+
+def write_part(url: str, n: int, seed: int, part: int, parts: int) -> None:
+    """Trials part, part + parts, part + 2 parts, ... of `write_study`'s `n`."""
     import optuna
 
     from archsearch.cost.devices import device_names
@@ -191,11 +211,12 @@ def write_study(url: str, n: int, seed: int = 0) -> None:
     writer, _ = StudyWriter.create_or_open(open_storage(url), "bench", meta)
     rng = np.random.default_rng(seed)
     values = points("tradeoff", n, 3, rng) * np.array([2.0, 50.0, 1e6]) + [2.0, 5.0, 1e5]
+    statuses = rng.random(n)
     curve = {
         "evals": [[k * 100, 3.0 - k * 0.1] for k in range(10)],
         "train": [[k * 10, k * 5120, 3.5 - k * 0.01] for k in range(200)],
     }
-    for i in range(n):
+    for i in range(part, n, parts):
         pr = priced[i % len(priced)]
         attrs = {
             **pr.attrs(),
@@ -204,7 +225,7 @@ def write_study(url: str, n: int, seed: int = 0) -> None:
             "train_metrics": {"tokens_per_s": 1e4, "wall_s": 60.0, "peak_rss_mib": 900.0},
             "budget": {"tokens": 1e6, "fraction": 1.0},
         }
-        u = rng.random()
+        u = statuses[i]
         status = (
             Status.TRAINED
             if u < 0.85
@@ -216,9 +237,44 @@ def write_study(url: str, n: int, seed: int = 0) -> None:
         )
         violations = {"params": 1.0} if status == Status.INFEASIBLE else {}
         writer.add_finished(status, "", attrs, list(values[i]), violations)
+        if part == 0 and (i + parts) // 10000 > i // 10000:
+            print(f"  {i + 1} of {n} trials written", flush=True)
 
 
-def cached_study(backend: str, n: int, cache: Path, pg_url: str | None) -> str:
+# Writing a trial through Optuna's API to PostgreSQL costs ~0.25 s on this 2-core machine under
+# load (an ORM round trip per attribute): 100,000 trials would take hours. From this size the
+# PostgreSQL study is a copy of the SQLite study's Optuna tables, row for row (the same trials,
+# written once through `StudyWriter`); smaller ones are written through `StudyWriter` itself.
+COPY_FROM_SQLITE = 100_000
+
+
+def copy_tables(source: str, target: str, chunk: int = 20_000) -> None:
+    """Copy every row of Optuna's tables from the database `source` into a new Optuna schema
+    at `target` (created by Optuna itself), and move its id sequences past the copied ids."""
+    import optuna
+    import sqlalchemy
+
+    optuna.storages.RDBStorage(target)  # creates the schema at Optuna's current revision
+    src, dst = sqlalchemy.create_engine(source), sqlalchemy.create_engine(target)
+    meta = sqlalchemy.MetaData()
+    meta.reflect(dst)
+    skip = {"alembic_version", "version_info"}
+    with src.connect() as s, dst.begin() as d:
+        for table in meta.sorted_tables:
+            if table.name in skip:
+                continue
+            rows = s.execute(sqlalchemy.text(f"SELECT * FROM {table.name}")).mappings()
+            while batch := rows.fetchmany(chunk):
+                d.execute(table.insert(), [dict(r) for r in batch])
+            for column in table.primary_key.columns:  # serial ids continue after the copy
+                seq = f"pg_get_serial_sequence('{table.name}', '{column.name}')"
+                top = f"COALESCE((SELECT MAX({column.name}) FROM {table.name}), 0) + 1"
+                d.execute(sqlalchemy.text(f"SELECT setval({seq}, {top}, false)"))
+    src.dispose()
+    dst.dispose()
+
+
+def cached_study(backend: str, n: int, cache: Path, pg_url: str | None, writers: int) -> str:
     """The URL of the synthetic study of `n` trials, written on first use."""
     import optuna
 
@@ -228,29 +284,35 @@ def cached_study(backend: str, n: int, cache: Path, pg_url: str | None) -> str:
         done = cache / f"study_{n}.done"
     else:
         url = f"{pg_url.rsplit('/', 1)[0]}/bench_{n}"
-        done = None
-    if done is not None and done.exists():
+        done = cache / f"postgresql_{n}.done"
+    if done.exists():
         return url
     if backend == "postgresql":
         import sqlalchemy
 
         engine = sqlalchemy.create_engine(pg_url, isolation_level="AUTOCOMMIT")
         with engine.connect() as conn:
+            conn.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS bench_{n}"))
             conn.execute(sqlalchemy.text(f"CREATE DATABASE bench_{n}"))
         engine.dispose()
     elif path.exists():
         path.unlink()
     t0 = time.perf_counter()
-    write_study(url, n)
-    print(f"  wrote {n} trials to {backend} in {time.perf_counter() - t0:.0f} s")
+    copy_from = cache / f"study_{n}.db"
+    if backend == "postgresql" and n >= COPY_FROM_SQLITE and (cache / f"study_{n}.done").exists():
+        copy_tables(f"sqlite:///{copy_from}", url)
+        how = f"copied {n} trials from {copy_from} to {backend}"
+    else:
+        write_study(url, n, writers=writers if backend == "postgresql" else 1)
+        how = f"wrote {n} trials to {backend}"
+    print(f"  {how} in {time.perf_counter() - t0:.0f} s", flush=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if done is not None:
-        done.touch()
+    done.touch()
     return url
 
 
 def measure_study(url: str, repeats: int) -> dict:
-    from archsearch.analysis.dashboard import front_payload
+    from archsearch.analysis.dashboard import Answers, front_payload
     from archsearch.analysis.front import Axis, front, hypervolume_history, reference_point
     from archsearch.analysis.pareto import analyse
     from archsearch.study import load
@@ -271,15 +333,24 @@ def measure_study(url: str, repeats: int) -> dict:
             repeats,
         )
         t_analyse, _ = timed(lambda axes=axes: analyse(data, "rpi5", axes), repeats)
+        # what `pareto` waits for before it writes its files: a fresh read, then everything
+        t_pareto, _ = timed(lambda axes=axes: analyse(load(url, "bench"), "rpi5", axes), repeats)
         row[f"{d}d"] = {
             "fully_trained": len(cands),
             "front": int(mask.sum()),
             "front_s": t_front,
             "history_s": t_hist,
             "analyse_s": t_analyse,
+            "pareto_s": t_pareto,
         }
     t_dash, _ = timed(lambda: front_payload(url, "bench", None, {}), repeats)
     row["dashboard_front_payload_s"] = t_dash
+    # the page's next question (another device) on the study it has already read
+    answers = Answers(url, "bench", None)
+    answers.front({})
+    t0 = time.perf_counter()
+    answers.front({"device": "jetson_orin_nx"})
+    row["dashboard_redraw_s"] = time.perf_counter() - t0
     return row
 
 
@@ -291,10 +362,14 @@ def study_sizes(args) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     rows = []
     for backend in args.backends:
-        server = private_postgres() if backend == "postgresql" else contextlib.nullcontext()
+        server = (
+            private_postgres(keep=cache / "postgresql")
+            if backend == "postgresql"
+            else contextlib.nullcontext()
+        )
         with server as pg_url:
             for n in args.studies:
-                url = cached_study(backend, n, cache, pg_url)
+                url = cached_study(backend, n, cache, pg_url, args.writers)
                 row = {"backend": backend, **measure_study(url, args.repeats)}
                 rows.append(row)
                 print(
@@ -304,7 +379,9 @@ def study_sizes(args) -> None:
                         f"history {row[d]['history_s']:5.2f} s, all {row[d]['analyse_s']:5.2f} s"
                         for d in ("2d", "3d")
                     )
-                    + f"; dashboard front {row['dashboard_front_payload_s']:6.2f} s"
+                    + f"; pareto (read + all, 3-D) {row['3d']['pareto_s']:5.2f} s"
+                    + f"; dashboard front {row['dashboard_front_payload_s']:6.2f} s, "
+                    f"redraw {row['dashboard_redraw_s']:5.2f} s"
                 )
     out = Path(args.out or RESULTS / "analysis_study_size.json")
     out.parent.mkdir(parents=True, exist_ok=True)

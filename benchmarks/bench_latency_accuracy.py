@@ -1,12 +1,21 @@
-"""Accuracy of the latency model on this CPU: predicted vs measured TTFT and decode ms/token.
+"""Accuracy of the latency predictor on this CPU: predicted vs measured TTFT and decode ms/token
+on architectures calibration never saw.
 
-Over 40 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
-compression, the eight linear families, MCSD, hybrids, MoE), widths 128-768 and depths 2-8,
-the real PyTorch models are timed here (medians of repeats at a fixed thread count, in
-`torch.inference_mode`): the prefill of a 256-token prompt (time to first token) and one decode
-step at context 512. The same quantities are predicted by the cost model with the `local`
-device profile (`archsearch calibrate` measures it; run it first, with the same threads).
-Reported: Kendall's tau (ranking) and the mean absolute percentage error, per quantity.
+Over 48 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
+compression, the eight linear families, MCSD, a hybrid, MoE), the real PyTorch models are timed
+here (`archsearch.cost.kernel_timing.time_model`: medians of repeats at a fixed thread count,
+through `archsearch.runtimes.prepare`): the prefill of a prompt (time to first token) and one
+decode step after a context, at one of four settings each. None of these models, and none of
+their (width, depth, vocabulary, prompt, context, batch) combinations, is timed by
+`archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels on grids of widths 64-512,
+prompts 16-512, contexts 16-1024, batches 1-4; its glue and held-out models at other sizes);
+rows outside the calibration set's ranges (width > 512, prompt > 512, context > 1024 or batch
+> 4) are marked `outside` and summarised apart. The same quantities are predicted by the cost
+model on the device profile (`local` by default: run `archsearch calibrate` first, with the
+same threads).
+
+Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decode: the share
+within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
 
     archsearch calibrate threads=1 && python benchmarks/bench_latency_accuracy.py --threads 1
 """
@@ -15,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -35,8 +43,13 @@ from archsearch.arch import (
 )
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
+from archsearch.cost.kernel_timing import time_model
 
-PROMPT, CONTEXT = 256, 512
+# (prompt, context, batch): the first inside the calibration ranges, the others outside
+SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
+# (width, depth): widths 128-1024, depths 2-12
+SIZES = ((128, 12), (256, 6), (384, 3), (512, 2), (640, 4), (768, 2), (1024, 2), (896, 3))
+CALIBRATED = {"width": 512, "prompt": 512, "context": 1024, "batch": 4}
 
 
 def kinds(d: int) -> dict[str, dict]:
@@ -69,109 +82,130 @@ def kinds(d: int) -> dict[str, dict]:
     return out
 
 
-SIZES = ((128, 2), (256, 4), (384, 3), (512, 2), (512, 6), (768, 4), (256, 8))
-
-
-def architectures() -> list[ArchConfig]:
-    """Every kind of mixer at two or three of the sizes (width x depth) of SIZES, assigned in a
-    fixed rotation, so that the set spans widths 128-768 and depths 2-8."""
-    archs = []
-    names = list(kinds(64))
-    for i, name in enumerate(names):
-        for j in range(2 + (i % 2)):
+def cases(per_kind: int) -> list[tuple[str, ArchConfig, tuple[int, int, int]]]:
+    """(family, architecture, setting): every kind at `per_kind` sizes and settings, assigned
+    in a fixed rotation, so that the set spans widths 128-1024, depths 2-12 and every setting."""
+    out = []
+    for i, name in enumerate(kinds(64)):
+        for j in range(per_kind):
             d, layers = SIZES[(i + 3 * j) % len(SIZES)]
-            sections = kinds(d)[name]
-            archs.append(
-                ArchConfig(
-                    vocab_size=8192,
-                    d_model=d,
-                    n_layers=layers,
-                    max_seq_len=4096,
-                    ffn=FFNConfig(kind="swiglu"),
-                    name=f"{name}-{layers}x{d}",
-                    **sections,
-                )
+            setting = SETTINGS[(i + j) % len(SETTINGS)]
+            arch = ArchConfig(
+                vocab_size=8192 + 1000 * j,
+                d_model=d,
+                n_layers=layers,
+                max_seq_len=8192,
+                ffn=FFNConfig(kind="swiglu"),
+                name=f"{name}-{layers}x{d}",
+                **kinds(d)[name],
             )
-    return archs
+            out.append((name, arch, setting))
+    return out
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def outside(arch: ArchConfig, setting: tuple[int, int, int]) -> bool:
+    prompt, context, batch = setting
+    return (
+        arch.d_model > CALIBRATED["width"]
+        or prompt > CALIBRATED["prompt"]
+        or context > CALIBRATED["context"]
+        or batch > CALIBRATED["batch"]
+    )
 
 
-def measure(arch: ArchConfig, repeats: int) -> tuple[float, float]:
-    from archsearch.models import build_model
-
-    torch.manual_seed(0)
-    m = build_model(arch).eval()
-    prompt = torch.randint(0, arch.vocab_size, (1, PROMPT))
-    context = torch.randint(0, arch.vocab_size, (1, CONTEXT))
-    with torch.inference_mode():
-        ttft = median_time(lambda: m.prefill(prompt), repeats)
-        _, state = m.prefill(context)
-        token = context[:, -1]
-        decode = median_time(lambda: m.step(token, state), 4 * repeats)
-    return ttft, decode
+def summary(rows: list[dict], q: str) -> dict:
+    meas = np.array([r[f"{q}_ms"] for r in rows])
+    pred = np.array([r[f"{q}_pred_ms"] for r in rows])
+    err = pred / meas - 1
+    out = {
+        "n": len(rows),
+        "within_5": float(np.mean(np.abs(err) <= 0.05)),
+        "within_10": float(np.mean(np.abs(err) <= 0.10)),
+        "within_20": float(np.mean(np.abs(err) <= 0.20)),
+        "mape_percent": float(100 * np.mean(np.abs(err))),
+        "kendall_tau": float(kendalltau(meas, pred).statistic) if len(rows) > 1 else 1.0,
+    }
+    fams = sorted({r["family"] for r in rows})
+    out["bias_percent_by_family"] = {
+        f: float(100 * np.mean([e for e, r in zip(err, rows) if r["family"] == f])) for f in fams
+    }
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="local")
+    ap.add_argument("--runtime", default="torch")
+    ap.add_argument("--per-kind", type=int, default=3, help="architectures per kind")
+    ap.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "latency_accuracy.json")
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
+    t0 = time.perf_counter()
     rows = []
-    for arch in architectures():
-        ttft, decode = measure(arch, args.repeats)
+    for family, arch, setting in cases(args.per_kind):
+        prompt, context, batch = setting
+        ttft, decode = time_model(arch, args.runtime, prompt, context, args.repeats, 0.0, batch)
         c = columns(arch)
-        p_ttft = float(model.ttft_s(c, dev, PROMPT, "fp32")[0])
-        p_decode = float(model.decode_s(c, dev, CONTEXT, "fp32")[0])
-        rows.append(
-            {
-                "arch": arch.name,
-                "summary": arch.summary(),
-                "ttft_ms": 1e3 * ttft,
-                "ttft_pred_ms": 1e3 * p_ttft,
-                "decode_ms": 1e3 * decode,
-                "decode_pred_ms": 1e3 * p_decode,
-            }
-        )
+        p_ttft = float(model.ttft_s(c, dev, prompt, "fp32", batch)[0])
+        p_decode = float(model.decode_s(c, dev, context, "fp32", batch)[0])
+        row = {
+            "family": family,
+            "arch": arch.name,
+            "summary": arch.summary(),
+            "prompt": prompt,
+            "context": context,
+            "batch": batch,
+            "outside": outside(arch, setting),
+            "ttft_ms": 1e3 * ttft,
+            "ttft_pred_ms": 1e3 * p_ttft,
+            "decode_ms": 1e3 * decode,
+            "decode_pred_ms": 1e3 * p_decode,
+        }
+        rows.append(row)
         print(
-            f"{arch.name:22s} TTFT {1e3 * ttft:8.2f} ms (pred {1e3 * p_ttft:8.2f})   "
-            f"decode {1e3 * decode:7.3f} ms (pred {1e3 * p_decode:7.3f})",
+            f"{arch.name:24s} P{prompt:<4d} C{context:<5d} B{batch} "
+            f"{'out' if row['outside'] else 'in ':3s}  TTFT {row['ttft_ms']:8.2f} ms "
+            f"(pred {row['ttft_pred_ms']:8.2f}, {p_ttft / ttft - 1:+6.1%})   decode "
+            f"{row['decode_ms']:7.3f} ms (pred {row['decode_pred_ms']:7.3f}, "
+            f"{p_decode / decode - 1:+6.1%})",
             flush=True,
         )
-    summary = {}
+    result = {
+        "threads": args.threads,
+        "device": args.device,
+        "profile": dev.path,
+        "kernel_predictor": dev.kernels is not None,
+        "runtime": args.runtime,
+        "torch": str(torch.__version__),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "summary": {},
+        "rows": rows,
+    }
     for q in ("ttft", "decode"):
-        meas = np.array([r[f"{q}_ms"] for r in rows])
-        pred = np.array([r[f"{q}_pred_ms"] for r in rows])
-        tau = kendalltau(meas, pred).statistic
-        mape = float(np.mean(np.abs(pred - meas) / meas) * 100)
-        summary[q] = {"kendall_tau": float(tau), "mape_percent": mape}
-        print(f"{q}: Kendall tau {tau:.3f}, MAPE {mape:.1f}% over {len(rows)} architectures")
-    out = Path(__file__).parent / "results" / "latency_accuracy.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "threads": args.threads,
-                "device": args.device,
-                "prompt": PROMPT,
-                "context": CONTEXT,
-                "summary": summary,
-                "rows": rows,
-            },
-            indent=2,
+        s = summary(rows, q)
+        s["outside_calibration"] = summary([r for r in rows if r["outside"]], q)
+        result["summary"][q] = s
+        worst = max(s["bias_percent_by_family"].items(), key=lambda kv: abs(kv[1]))
+        print(
+            f"{q}: within +-5/10/20% {s['within_5']:.0%}/{s['within_10']:.0%}/"
+            f"{s['within_20']:.0%}, MAPE {s['mape_percent']:.1f}%, Kendall tau "
+            f"{s['kendall_tau']:.3f} over {s['n']} architectures "
+            f"({s['outside_calibration']['n']} outside the calibration ranges: within +-10% "
+            f"{s['outside_calibration']['within_10']:.0%}); largest family bias "
+            f"{worst[0]} {worst[1]:+.1f}%"
         )
-    )
+        print(
+            "  bias by family (%): "
+            + ", ".join(f"{f} {b:+.1f}" for f, b in s["bias_percent_by_family"].items())
+        )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     print(f"saved {out}")
 
 

@@ -15,3 +15,10 @@ def _restore_environment():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _own_user_devices(tmp_path_factory):
+    """Each test has its own (empty) user device folder: profiles a test measures under a name
+    stay with it, and none of the machine's own (`~/.config/archsearch/devices`) are seen."""
+    os.environ["ARCHSEARCH_DEVICE_DIR"] = str(tmp_path_factory.mktemp("user-devices"))

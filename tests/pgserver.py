@@ -33,17 +33,22 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def private_postgres() -> Iterator[str]:
-    """Start a server; yield its SQLAlchemy URL; stop it and remove its files."""
-    root = Path(tempfile.mkdtemp(prefix="as-pg-"))
+def private_postgres(keep: Path | None = None) -> Iterator[str]:
+    """Start a server; yield its SQLAlchemy URL; stop it and remove its files. With `keep`,
+    the server's files live in that folder and stay for the next start (the benchmark's
+    cached studies)."""
+    root = Path(keep) if keep is not None else Path(tempfile.mkdtemp(prefix="as-pg-"))
+    root.mkdir(parents=True, exist_ok=True)
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
     port = free_port()
     run = {"check": True, "capture_output": True}
-    subprocess.run(
-        _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]), **run
-    )
+    if not (data / "PG_VERSION").exists():
+        subprocess.run(
+            _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
+            **run,
+        )
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
     start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log")]
     subprocess.run(_as_postgres([*start, "-w", "start"]), **run)
@@ -52,4 +57,5 @@ def private_postgres() -> Iterator[str]:
     finally:
         stop = [_pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "stop"]
         subprocess.run(_as_postgres(stop), capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)

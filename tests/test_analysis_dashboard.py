@@ -169,3 +169,29 @@ def test_dashboard_pages_render_the_fronts_in_chromium(tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert code == 0
+
+
+def test_answers_are_reused_until_a_trial_is_added(tmp_path, monkeypatch):
+    """The page reads a study once per change: the same question is answered from memory, a
+    new or ended trial makes the next answer read the study again and include it."""
+    from archsearch.analysis import dashboard
+    from archsearch.study import Status, StudyMeta, StudyWriter, open_storage
+
+    made = make_study(tmp_path / "study.db", n=10)
+    reads = []
+    real_load = dashboard.load
+    monkeypatch.setattr(dashboard, "load", lambda *a: reads.append(a) or real_load(*a))
+    answers = dashboard.Answers(made["url"], made["name"], None)
+    first = answers.front({})
+    assert answers.front({}) == first and len(reads) == 1
+    other = answers.front({"device": "jetson_orin_nx"})
+    assert other != first and len(reads) == 1
+    data = real_load(made["url"])
+    trials_before = json.loads(first)["info"]["caption"].split(" trials")[0]
+    writer, _ = StudyWriter.create_or_open(
+        open_storage(made["url"]), made["name"], StudyMeta.from_study(data.study)
+    )
+    writer.add_finished(Status.FAILED, "a new trial")
+    again = answers.front({})
+    assert len(reads) == 2
+    assert json.loads(again)["info"]["caption"].split(" trials")[0] == str(int(trials_before) + 1)

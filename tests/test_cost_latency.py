@@ -77,14 +77,15 @@ def test_every_device_figure_has_a_source_and_sane_factors():
 
 @pytest.mark.parametrize("device", sorted(SEED_PLM_TABLE_12))
 def test_edge_profiles_reproduce_seed_plm_table_12(device):
-    """The fitted efficiencies bring PLM-1.8B within 25% of every measured throughput."""
+    """The efficiencies, fitted to all eight models of the table (benchmarks/
+    fit_edge_profiles.py), bring PLM-1.8B within 35% of every measured throughput."""
     dev = load_device(device)
     c = columns(load_arch("plm_1_8b"))
     for precision, (prefill_tps, generate_tps) in SEED_PLM_TABLE_12[device].items():
         ttft = model.ttft_s(c, dev, 512, precision)[0]
         decode = model.decode_s(c, dev, 512 + 63.5, precision)[0]
-        assert 512 / ttft == pytest.approx(prefill_tps, rel=0.25), precision
-        assert 1 / decode == pytest.approx(generate_tps, rel=0.25), precision
+        assert 512 / ttft == pytest.approx(prefill_tps, rel=0.35), precision
+        assert 1 / decode == pytest.approx(generate_tps, rel=0.35), precision
 
 
 def test_bad_device_files_are_one_line_errors(tmp_path, capsys):

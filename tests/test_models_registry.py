@@ -130,6 +130,14 @@ PRESET_SIZES = {
     "mcsd_3b": (3.0, None, None, 0.01),
     "linear_moe_a0_3b_2b": (None, 2.2, 0.32, 0.04),
     "linear_moe_a1b_7b": (None, 6.7, 1.07, 0.02),
+    # the other models of seed PLM Table 12 (sizes the presets' comments check)
+    "glm_edge_1_5b": (1.59, None, None, 0.01),
+    "glm_edge_4b": (4.33, None, None, 0.01),
+    "nemotron_4b": (4.19, None, None, 0.01),
+    "minicpm3_4b": (4.07, None, None, 0.01),
+    "minicpm_2b": (2.72, None, None, 0.01),
+    "fox_1_6b": (1.67, None, None, 0.01),
+    "index_1_9b": (2.17, 1.91, None, 0.01),
 }
 
 

@@ -117,3 +117,36 @@ def test_writer_add_finished_writes_what_finish_writes(tmp_path, page):
             added.constraints,
         )
     assert [r.state for r in recs] == ["COMPLETE"] * 2 + ["PRUNED"] * 4
+
+
+def test_attributes_are_read_a_column_at_a_time_when_first_used(tmp_path):
+    """A front on the stored objectives reads only the eager attributes; the first trial that
+    reads another attribute reads that column for the whole study, in one query per page."""
+    import sqlalchemy
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    specs = [(Status.TRAINED, [float(i), float(-i)], {}, False) for i in range(7)]
+    write(url, "a", specs)
+    data = load(url, "a")
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "before_cursor_execute", record)
+    try:
+        check_column_reads(data, statements)
+    finally:
+        sqlalchemy.event.remove(sqlalchemy.engine.Engine, "before_cursor_execute", record)
+
+
+def check_column_reads(data, statements: list[str]) -> None:
+    from archsearch.analysis.front import Axis, front
+
+    axes = [Axis("val_loss"), Axis("params")]
+    cands, _, _ = front(data.records, axes, data.objectives)
+    assert len(cands) == 3 and not statements  # three architectures (h0, h1, h2)
+    assert [r.attrs["costs"] for r in data.records] == [{"params": float(i)} for i in range(7)]
+    assert len(statements) == 1 and "AND key = ?" in statements[0]  # one page of 7 trials
+    assert "curve" not in data.records[0].attrs and len(statements) == 1  # never read
+    assert sorted(data.records[0].attrs) == ["arch_hash", "costs", "reason", "status", "summary"]

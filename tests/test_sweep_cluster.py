@@ -4,25 +4,18 @@ it stops."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import optuna
 import pytest
-from pgserver import free_port, private_postgres
+from pgserver import private_postgres
+from raycluster import BIN, private_ray_cluster
 
 from archsearch.study import records
 
 pytestmark = pytest.mark.slow
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
@@ -32,69 +25,12 @@ def postgres():
         yield url
 
 
-def _ray_start(args: list[str], env: dict) -> subprocess.Popen:
-    # `--block` keeps `ray start` in the foreground with its daemons in its process group, so
-    # the test stops exactly the processes it started (never `ray stop`, which stops all).
-    return subprocess.Popen(
-        [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-def _wait_for_nodes(address: str, n: int, env: dict, timeout: float = 90) -> list[dict]:
-    code = (
-        f"import json, ray; ray.init(address={address!r}, logging_level='ERROR'); "
-        "print(json.dumps([x for x in ray.nodes() if x['Alive']]))"
-    )
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        res = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
-        )
-        if res.returncode == 0:
-            nodes = json.loads(res.stdout.strip().splitlines()[-1])
-            if len(nodes) >= n:
-                return nodes
-        time.sleep(1)
-    raise AssertionError(f"the Ray cluster did not reach {n} nodes")
-
-
 @pytest.fixture
 def ray_cluster():
     """A head and a second node on this machine, one CPU each; the second node advertises the
-    custom resource `edge`."""
-    temp = tempfile.mkdtemp(prefix="as-ray-")
-    port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp}
-    head = _ray_start(
-        [
-            "--head",
-            f"--port={port}",
-            "--num-cpus=1",
-            f"--temp-dir={temp}",
-            "--include-dashboard=false",
-        ],
-        env,
-    )
-    address = f"127.0.0.1:{port}"
-    procs = [head]
-    try:
-        _wait_for_nodes(address, 1, env)
-        procs.append(
-            _ray_start([f"--address={address}", "--num-cpus=1", '--resources={"edge": 1}'], env)
-        )
-        nodes = _wait_for_nodes(address, 2, env)
-        edge = next(n["NodeID"] for n in nodes if "edge" in n["Resources"])
-        yield {"address": address, "env": env, "nodes": [n["NodeID"] for n in nodes], "edge": edge}
-    finally:
-        for p in reversed(procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        shutil.rmtree(temp, ignore_errors=True)
+    custom resource `edge` (tests/raycluster.py)."""
+    with private_ray_cluster({"edge": 1}) as cluster:
+        yield cluster
 
 
 def _sweep(tmp_path: Path, cluster: dict, *args: str) -> subprocess.CompletedProcess:

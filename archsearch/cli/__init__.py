@@ -69,13 +69,15 @@ COMMANDS: dict[str, Command] = {
         ),
     ),
     "prune": Command(
-        "apply a space's cost constraints to every candidate before anything trains",
+        "apply a space's cost constraints to every candidate before anything trains "
+        "(margin: error bounds a latency's band)",
         "prune",
         "archsearch.cli.cost_cmd:prune_cmd",
         examples=("archsearch prune search_space=plm_edge device=rpi5",),
     ),
     "cost": Command(
-        "params, FLOPs, memory and predicted latency of architectures on a device",
+        "params, FLOPs, memory and predicted latency (with the device profile's +-error) of "
+        "architectures on a device",
         "cost",
         "archsearch.cli.cost_cmd:cost_cmd",
         examples=(
@@ -84,10 +86,14 @@ COMMANDS: dict[str, Command] = {
         ),
     ),
     "calibrate": Command(
-        "measure this machine (matmuls, bandwidth, operator overhead) into the local profile",
+        "measure this machine, or a device of a Ray cluster, into a device profile",
         "calibrate",
         "archsearch.cli.cost_cmd:calibrate_cmd",
-        examples=("archsearch calibrate threads=2",),
+        examples=(
+            "archsearch calibrate threads=2",
+            "archsearch calibrate name=my_laptop  # then: archsearch cost device=my_laptop",
+            "archsearch calibrate device_resource=rpi5 name=rpi5_measured ray.address=HEAD:6379",
+        ),
     ),
     "pareto": Command(
         "the Pareto front of a stored study on any device: table, PNG/HTML plots, reports",

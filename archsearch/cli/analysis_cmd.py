@@ -63,11 +63,19 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
     """The front as a rich table, the facts under it, and where the files are."""
     from rich.markup import escape
 
-    from archsearch.analysis.front_table import format_cell, front_columns, front_facts
+    from archsearch.analysis.front_table import (
+        SHOWN_ROWS,
+        format_cell,
+        front_columns,
+        front_facts,
+        shown_note,
+    )
 
     con = output.console()
     cols = front_columns(p)
-    rows = [[escape(format_cell(k, row.get(k))) for k, _ in cols] for row in p.front_rows()]
+    rows = [
+        [escape(format_cell(k, row.get(k))) for k, _ in cols] for row in p.front_rows(SHOWN_ROWS)
+    ]
     con.print(
         output.table(
             f"Pareto front of {p.study.name} on {p.device} ({int(p.on_front.sum())} of "
@@ -76,8 +84,11 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
             rows,
         )
     )
+    note = shown_note(p, SHOWN_ROWS)
+    if note:
+        con.print(escape(note))
     for k, v in front_facts(p):
-        if k in ("trials", "reference point", "hypervolume", "constraints"):
+        if k in ("trials", "reference point", "hypervolume", "constraints", "latency error"):
             con.print(escape(f"{k + ':':<17}{v}"))
     for k, path in files.items():
         con.print(escape(f"{k + ':':<17}{path}"))
@@ -264,6 +275,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         repeats=cfg.repeats,
         threads=cfg.threads,
         precision=cfg.precision,
+        runtime=str(cfg.runtime),
     )
     from archsearch.cli.progress import StepProgress
 
@@ -303,6 +315,9 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         f"tokens/s batch {s.batches[-1]}",
         "peak RSS",
     ]
+    checked = s.runtime != "torch"
+    if checked:
+        cols.append("max |Δlogit| vs torch")
     table_rows = [
         [
             r["arch"],
@@ -313,12 +328,16 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
             *[f"{r[f'predicted_step_ms[{d}]']:.3g}" for d in devices],
             f"{r['tokens_per_s_max_batch']:.4g}" if "tokens_per_s_max_batch" in r else "-",
             human(r["peak_rss_bytes"], "B") if "peak_rss_bytes" in r else "-",
+            *([f"{r['max_abs_logit_diff']:.2g}" if "max_abs_logit_diff" in r else "-"] * checked),
         ]
         for r in rows
     ]
     con.print(
         output.table(
-            escape(f"after a {s.prompt}-token prompt, {n} generated tokens, batch {B}"),
+            escape(
+                f"after a {s.prompt}-token prompt, {n} generated tokens, batch {B}, "
+                f"measured in {s.runtime}"
+            ),
             [escape(c) for c in cols],
             table_rows,
         )

@@ -12,7 +12,7 @@ from archsearch.cli import output
 from archsearch.cli.progress import StepProgress
 from archsearch.errors import UserError
 from archsearch.resources import check_writable_dir
-from archsearch.units import fmt_ms
+from archsearch.units import fmt_error, fmt_ms
 
 MAX_TOKENS = 2**24  # a sequence length (as ArchConfig's max_seq_len)
 MAX_PRUNE = 1_000_000  # candidates `prune` builds and prices
@@ -110,7 +110,7 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
                 rows,
             )
         )
-        t = rep["totals"]
+        t, err = rep["totals"], rep["latency_error"]
         lines = [
             [
                 "params",
@@ -134,14 +134,19 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
             ],
             [
                 "time to first token",
-                f"{fmt_ms(t['ttft_ms'])} ({output.human(t['prefill_tokens_per_s'])} tokens/s)",
+                f"{fmt_ms(t['ttft_ms'])} {fmt_error(err['ttft_ms'])} "
+                f"({output.human(t['prefill_tokens_per_s'])} tokens/s)",
             ],
             [
                 "decode",
-                f"{fmt_ms(t['decode_ms'])}/token "
+                f"{fmt_ms(t['decode_ms'])}/token {fmt_error(err['decode_ms'])} "
                 f"({output.human(t['decode_tokens_per_s'])} tokens/s)",
             ],
-            [f"end to end ({s['prompt']} + {s['generate']})", fmt_ms(t["e2e_ms"])],
+            [
+                f"end to end ({s['prompt']} + {s['generate']})",
+                f"{fmt_ms(t['e2e_ms'])} {fmt_error(err['e2e_ms'])}",
+            ],
+            ["latency error", rep["latency_provenance"]],
         ]
         for n in rep["notes"]:
             lines.append(["note", n])
@@ -198,7 +203,7 @@ def length_figure(curves, labels: list[str], device, cfg: Any):
 
 
 def prune_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.devices import load_device
+    from archsearch.cost.devices import describe_error, load_device
     from archsearch.cost.table import prune, rank
     from archsearch.space import open_space
 
@@ -226,6 +231,9 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
         "candidates": len(res.candidates),
         "survivors": len(survivors),
         "pruned_by_constraint": res.pruned_by,
+        "latency_error": res.errors,  # relative error of each latency constraint's prediction
+        "margin": res.margins,  # what each bound was widened by (margin: error)
+        "latency_provenance": describe_error(load_device(device)),
         "seconds": round(elapsed, 3),
         "shown": [
             {"hash": c.arch.arch_hash, "summary": c.arch.summary(), "params": c.assignment}
@@ -244,7 +252,18 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     )
     rows = [[reason, n] for reason, n in res.invalid.most_common()]
     rows.append(["duplicate architecture", res.duplicates])
-    rows += [[f"pruned by {name}", n] for name, n in res.pruned_by.items()]
+    rows += [
+        [
+            f"pruned by {name}"
+            + (
+                f" x (1 + {100 * res.margins[name]:.0f}%): margin: error"
+                if res.margins[name]
+                else ""
+            ),
+            n,
+        ]
+        for name, n in res.pruned_by.items()
+    ]
     con.print(
         output.table(
             "rejected and pruned (a candidate can break several constraints)",
@@ -259,7 +278,7 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
             [
                 c.arch.arch_hash,
                 c.arch.summary(),
-                *[_fmt_metric(n, res.values[n][idx[id(c)]]) for n in cols],
+                *[_fmt_metric(n, res.values[n][idx[id(c)]], res.errors[n]) for n in cols],
             ]
             for c in shown
         ]
@@ -270,14 +289,18 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
                 table_rows,
             )
         )
+    if any(e is not None for e in res.errors.values()) or any(
+        name.startswith(("ttft", "decode", "e2e")) for name in res.errors
+    ):
+        con.print(f"latency error: {data['latency_provenance']}")
     return 0
 
 
-def _fmt_metric(name: str, v: float) -> str:
+def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
     if "bytes" in name:
         return output.human(v, "B")
     if name.startswith(("ttft", "decode", "e2e")):
-        return fmt_ms(v)
+        return f"{fmt_ms(v)} {fmt_error(error)}"
     if "flops" in name:
         return output.human(v, "FLOP")
     return output.human(v)
@@ -288,23 +311,38 @@ def _fmt_metric(name: str, v: float) -> str:
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.calibrate import calibrate, write_profile
-    from archsearch.cost.devices import devices_dir
 
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")
     if cfg.repeats > MAX_REPEATS:
         raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
-    path = Path(cfg.output) if cfg.output else devices_dir() / "local.yaml"
-    if path.exists() and path.is_dir():
-        raise UserError(f"{str(path)!r} is a folder; give a .yaml file", key="output")
-    check_writable_dir(path.parent, key="output")  # before minutes of measuring
-    with StepProgress("calibrate") as progress:
-        result = calibrate(cfg.threads, cfg.repeats, cfg.quick, progress=progress)
-    write_profile(result["profile"], path)
+    name, path = _profile_destination(cfg)  # before minutes of measuring
+    settings = {
+        "threads": cfg.threads,
+        "repeats": cfg.repeats,
+        "quick": cfg.quick,
+        "runtime": str(cfg.runtime),
+    }
+    if cfg.device_resource:
+        result = _calibrate_on_node(cfg, settings)
+    else:
+        from archsearch.sweep.device_calibration import node_record
+
+        with StepProgress("calibrate") as progress:
+            result = calibrate(**settings, progress=progress)
+        result["node"] = node_record(settings["runtime"])
+    prof = result["profile"]
+    node = result["node"]
+    prof["name"] = name
+    prof["measured_on"] = node
+    if cfg.device_resource:
+        node["ray_resource"] = cfg.device_resource
+        where = f"{node['hostname']} (Ray resource {cfg.device_resource!r})"
+        prof["description"] = f"{where}, measured: {node['cpu']}"
+    write_profile(prof, path)
     if cfg.format == "json":
         output.print_json({"path": str(path), **result})
         return 0
-    prof = result["profile"]
     con = output.console()
     rows = [
         ["peak fp32", f"{prof['peak_flops']['fp32'] / 1e9:.4g} GFLOP/s"],
@@ -313,6 +351,74 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
         ["matmul half-efficiency rows (fp32)", prof["efficiency"]["fp32"]["half_rows"]],
         ["overhead per operator", f"{prof['efficiency']['fp32']['op_overhead_s'] * 1e6:.3g} µs"],
     ]
-    con.print(output.table(f"local profile ({cfg.threads} threads)", ["", ""], rows))
-    con.print(f"written: {path}")
+    if prof.get("kernels"):
+        k = prof["kernels"]
+        timings = sum(e["samples"] for e in k["predictors"].values())
+        rows.append(
+            [
+                "kernel predictor",
+                f"{len(k['predictors'])} kernels, {timings} timings in {k['runtime']}; "
+                f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator",
+            ]
+        )
+    for quantity, v in (prof.get("validation") or {}).items():
+        rows.append(
+            [
+                f"held-out {quantity} error",
+                f"MAPE {100 * v['mape']:.1f}%, within +-10% {100 * v['within_10']:.0f}% "
+                f"of {v['n']} models",
+            ]
+        )
+    title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"
+    con.print(output.table(title, ["", ""], rows))
+    con.print(f"written: {path} (use it: device={path if cfg.output else name})")
     return 0
+
+
+def _profile_destination(cfg: Any) -> tuple[str, Path]:
+    """The profile's name and file: `output` where given, `local` in the shipped folder by
+    default, else NAME.yaml in the user device folder (a shipped or plugin name is refused)."""
+    from archsearch.cost.devices import devices_dir, reserved_device_names, user_devices_dir
+    from archsearch.resources import check_name
+
+    name = cfg.name or cfg.device_resource or "local"
+    check_name(name, what="device", key="name" if cfg.name else "device_resource")
+    if cfg.output:
+        path, key = Path(cfg.output), "output"
+    elif name == "local" and not cfg.device_resource:
+        path, key = devices_dir() / "local.yaml", "output"
+    elif name in reserved_device_names():
+        raise UserError(
+            f"{name!r} is a shipped or plugin device profile; save the measured one under a name "
+            f"of its own, e.g. name={name}_measured",
+            key="name",
+        )
+    else:
+        path, key = user_devices_dir() / f"{name}.yaml", "name"
+    if path.is_dir():
+        raise UserError(f"{str(path)!r} is a folder; give a .yaml file", key=key)
+    check_writable_dir(path.parent, key=key)
+    return name, path
+
+
+def _calibrate_on_node(cfg: Any, settings: dict[str, Any]) -> dict[str, Any]:
+    """Calibrate the Ray node that advertises `cfg.device_resource` (a Ray task)."""
+    import math
+
+    from archsearch.sweep.ray_runtime import contain_ray, ray_session
+
+    if not (math.isfinite(cfg.wait_s) and cfg.wait_s >= 0):
+        raise UserError(
+            f"must be 0 or a positive number of seconds, got {cfg.wait_s}", key="wait_s"
+        )
+    address = cfg.ray.address or "auto"
+    contain_ray(cfg.ray.verbose, address)  # before `ray` is imported
+    from archsearch.sweep.device_calibration import calibrate_on_node
+
+    with (
+        ray_session(address, None, cfg.ray.verbose),
+        StepProgress(f"calibrate {cfg.device_resource}") as progress,
+    ):
+        return calibrate_on_node(
+            cfg.device_resource, settings, wait_s=cfg.wait_s, progress=progress
+        )

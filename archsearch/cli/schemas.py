@@ -26,6 +26,8 @@ class Format(Choice):
 
 
 InferencePrecision = Choice.of("InferencePrecision", PRECISIONS, module=__name__)
+# = `archsearch.runtimes.RUNTIMES`, which imports torch (tests/test_runtimes.py checks it)
+Runtime = Choice.of("Runtime", ("torch", "onnxruntime"), module=__name__)
 
 
 @dataclass
@@ -88,11 +90,24 @@ class PruneConfig:
 
 
 @dataclass
+class ClusterSection:
+    """The Ray cluster a command reaches (`calibrate device_resource=`)."""
+
+    address: str | None = MISSING
+    verbose: bool = MISSING
+
+
+@dataclass
 class CalibrateConfig:
     threads: int = MISSING
+    runtime: Runtime = MISSING
     repeats: int = MISSING
     quick: bool = MISSING
     output: str | None = MISSING
+    name: str | None = MISSING
+    device_resource: str | None = MISSING
+    wait_s: float = MISSING
+    ray: ClusterSection = field(default_factory=ClusterSection)
     format: Format = MISSING
 
 
@@ -141,6 +156,7 @@ class ProfileConfig:
     threads: int = MISSING
     measure: bool = MISSING
     max_params: str = MISSING
+    runtime: Runtime = MISSING
     out: str | None = MISSING
     format: Format = MISSING
 

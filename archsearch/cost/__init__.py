@@ -13,6 +13,9 @@ Modules, bottom up:
 - `evaluate`: the registry of cost-metric evaluators (`@evaluator`, filled beside each formula)
   and `metric_values`, which dispatches through it;
 - `devices`: the device profiles; `model`: model-level sums and the roofline latency model;
+- `kernels`, `trees`, `kernel_latency`: the learned kernel-level predictor a calibrated profile
+  carries (the catalogue and its stored fit, boosted trees as data, a model's latency as the
+  sum of its kernels); `kernel_timing`, `kernel_fit`: timing and fitting it (`calibrate`);
 - `breakdown`: what `archsearch cost` reports; `table`: pruning a space by its cost
   constraints; `calibrate`: measuring this machine's profile.
 """

@@ -14,7 +14,7 @@ import numpy as np
 from archsearch.arch import ArchConfig
 from archsearch.cost import model, traced
 from archsearch.cost.counts import block_modules, model_ops, params, state_elements
-from archsearch.cost.devices import DeviceProfile
+from archsearch.cost.devices import DeviceProfile, describe_error, latency_error
 from archsearch.cost.evaluate import columns
 from archsearch.cost.ops import CATEGORIES, Columns, Phase
 
@@ -91,6 +91,9 @@ def cost_report(
         "arch": arch.name,
         "summary": arch.summary(),
         "device": device.name,
+        # the relative error each predicted latency carries on this device (None: unknown)
+        "latency_error": {m: latency_error(device, m) for m in ("ttft_ms", "decode_ms", "e2e_ms")},
+        "latency_provenance": describe_error(device),
         "precision": precision,
         "cache_bits": model.cache_bits(precision),
         "settings": {"prompt": prompt, "context": context, "generate": generate, "batch": B},

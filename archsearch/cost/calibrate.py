@@ -17,6 +17,13 @@ Three measurements, each a median of repeats at a fixed number of torch threads:
    (`archsearch.cost.counts.LAUNCHES`). A last-level-cache term covers models whose weights
    fit in the cache.
 
+These give the roofline profile (used for other precisions and as the analytic part of the
+kernel predictor). Then 4. the kernel-level predictor (`archsearch.cost.kernel_fit`): every
+kernel the cost model emits is timed at adaptively sampled shapes and fitted, the model-level
+overhead is fitted to whole models, and held-out whole models give the profile's `validation`
+figures (with `provenance: measured`); the profile's `kernels` section then prices fp32
+latency (`archsearch.cost.kernel_latency`).
+
 The profile is written with a source line for every figure (the CPU model, the date, the
 thread count), and `prefill_logits: all` because archsearch's own prefill computes the logits
 of every prompt position.
@@ -275,16 +282,21 @@ def calibrate(
     repeats: int = 5,
     quick: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
+    runtime: str = "torch",
 ) -> dict[str, Any]:
     """Measure this machine; returns the `local` profile as a mapping (and the raw data);
-    `progress(done, total, step)` after each measurement."""
+    `progress(done, total, step)` after each measurement. The kernel predictor is timed in
+    `runtime` (`archsearch.runtimes`)."""
     import torch
+
+    from archsearch.cost.devices import parse_device
+    from archsearch.cost.kernel_fit import fit_kernels, kernel_steps
 
     torch.set_num_threads(threads)
     if quick:
         global MATMUL_ROWS, MATMUL_WEIGHTS
         MATMUL_ROWS, MATMUL_WEIGHTS = (1, 16, 256), ((256, 256), (1024, 1024))
-    total = 2 * len(MATMUL_WEIGHTS) + 2 + len(reference_models()) + 1
+    total = 2 * len(MATMUL_WEIGHTS) + 2 + len(reference_models()) + 1 + kernel_steps(quick)
     done = 0
 
     def step(text: str) -> None:
@@ -372,9 +384,40 @@ def calibrate(
             f"the prefill and decode times of {len(reference_models())} reference "
             f"models (fit error {fitted['fit_mape_percent']:.1f}%)"
         )
+    roofline = parse_device(profile, source="calibration", default_name="local")
+    learned = fit_kernels(
+        roofline,
+        runtime=runtime,
+        threads=threads,
+        repeats=repeats,
+        quick=quick,
+        cpu=cpu_name(),
+        step=step,
+    )
+    profile["kernels"] = learned["kernels"]
+    timings = sum(e["samples"] for e in learned["kernels"]["predictors"].values())
+    profile["sources"]["kernels"] = (
+        f"archsearch calibrate: {len(learned['kernels']['predictors'])} kernels, {timings} "
+        f"timings in {runtime} at adaptively sampled shapes ({where})"
+    )
+    checked = "no held-out model ran there"
+    if learned["validation"]:
+        profile["validation"] = learned["validation"]
+        checked = f"checked on {learned['validation']['ttft']['n']} held-out models"
+    profile["provenance"] = {
+        "kind": "measured",
+        "reason": f"archsearch calibrate on this machine ({where}): kernels timed in "
+        f"{runtime}, {checked}",
+    }
     return {
         "profile": profile,
-        "raw": {"fp32": fp32, "bf16": bf16, "bandwidth": bw, "fit": fitted},
+        "raw": {
+            "fp32": fp32,
+            "bf16": bf16,
+            "bandwidth": bw,
+            "fit": fitted,
+            "kernels": learned["raw"],
+        },
     }
 
 
@@ -397,8 +440,10 @@ def write_profile(profile: dict[str, Any], path: Path) -> None:
     """Atomic write: a half-written profile never replaces a good one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".yaml.tmp")
+    name = profile.get("name", "local")
+    where = profile.get("measured_on", {}).get("hostname", "this machine")
     header = (
-        "# The `local` device profile: this machine, measured by `archsearch calibrate`.\n"
+        f"# The `{name}` device profile: {where}, measured by `archsearch calibrate`.\n"
         "# Re-run `archsearch calibrate` to refresh it.\n"
     )
     tmp.write_text(header + yamlio.dumps(profile))

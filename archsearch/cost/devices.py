@@ -6,6 +6,18 @@ latency model (`archsearch.cost.model`): the fraction of peak compute a large ma
 the row count at which matmuls reach half of that, the fraction of peak bandwidth a streaming
 read reaches, and a fixed overhead per operator. `archsearch calibrate` measures them for this
 machine and writes the `local` profile.
+
+Every profile says how it was obtained (`provenance`: `measured` by calibrate on the device,
+or `published-fit` to published throughputs, with a one-line reason) and how well it predicts
+(`validation`: held-out figures per quantity, `ttft` and `decode`). `latency_error` turns them
+into the relative error a prediction on the device carries.
+
+Profiles measured under a name of the user's (`archsearch calibrate name=NAME`, on this machine
+or on a Ray node: `device_resource=`) live in the user device folder (`user_devices_dir`:
+`$ARCHSEARCH_DEVICE_DIR`, else `$XDG_CONFIG_HOME/archsearch/devices`, else
+`~/.config/archsearch/devices`), outside the installed package, which may be read-only and is
+replaced on upgrade; `device=NAME` finds them after the shipped and plugin profiles, whose names
+they may not take. A measured profile records the machine it was measured on (`measured_on`).
 """
 
 from __future__ import annotations
@@ -18,10 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from archsearch import plugins, yamlio
+from archsearch.cost.kernels import Kernels, parse_kernels
 from archsearch.errors import UserError
+from archsearch.metrics import MetricSpec
 from archsearch.resources import check_name
 
 COMPUTE_CLASSES = ("fp32", "fp16", "int8")
+PROVENANCE_KINDS = ("measured", "published-fit")
+QUANTITIES = ("ttft", "decode")  # what a validation entry measures
+# the quantity whose held-out error a latency metric carries (e2e: the larger of its parts)
+ERROR_QUANTITIES = {"ttft_ms": ("ttft",), "decode_ms": ("decode",), "e2e_ms": ("ttft", "decode")}
 # which compute class executes the matmuls of a weight precision
 COMPUTE_CLASS_OF = {"fp32": "fp32", "bf16": "fp16", "fp16": "fp16", "q8": "int8", "q4": "int8"}
 
@@ -36,6 +54,34 @@ class Efficiency:
     op_overhead_s: float = 5e-6  # fixed time per operator (dispatch, launch, sync)
     vector: float = 1.0  # throughput of non-matmul kernels (scans, softmax, norms) vs roofline
     source: str = "default"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How a profile was obtained: `measured` (calibrate on the device) or `published-fit`
+    (fitted to published figures), and why its error is what it is (one line)."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Held-out accuracy of one predicted quantity: relative errors |pred / measured - 1| of
+    `n` predictions the fit did not see (`method` says which: held-out models, leave-one-out)."""
+
+    mape: float  # mean absolute relative error (0.14: 14%)
+    within_10: float  # share of held-out predictions within +-10%
+    n: int
+    method: str
+    p90: float | None = None  # 90th percentile of the absolute relative error
+
+    @property
+    def error(self) -> float:
+        """The relative error a prediction carries: the 90th percentile of the held-out
+        absolute error where known (a band that holds for nine predictions in ten), else the
+        mean (MAPE)."""
+        return self.p90 if self.p90 is not None else self.mape
 
 
 @dataclass(frozen=True)
@@ -54,6 +100,13 @@ class DeviceProfile:
     matmul_table: dict | None = None  # {"weights": [k*n...], "rows": [m...], "rate": [[...]]}
     cache_capacity: float = 0.0  # bytes (0: no cache level modelled)
     cache_bandwidth: float = 0.0  # bytes/s
+    provenance: Provenance | None = None
+    validation: dict[str, Validation] = field(default_factory=dict)  # by quantity (QUANTITIES)
+    # the machine a measured profile was measured on: hostname, cpu, torch, runtime, ray_node...
+    measured_on: dict[str, str] = field(default_factory=dict)
+    # the learned kernel-level latency predictor (`archsearch calibrate`): when present, fp32
+    # latency is the sum of the model's kernels (`archsearch.cost.kernel_latency`)
+    kernels: Kernels | None = None
     path: str = ""
 
     def peak(self, precision: str) -> float:
@@ -97,6 +150,10 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         "matmul_table",
         "cache_capacity",
         "cache_bandwidth",
+        "provenance",
+        "validation",
+        "measured_on",
+        "kernels",
     }
     unknown = sorted(set(map(str, raw)) - known)
     if unknown:
@@ -169,8 +226,140 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         cache_bandwidth=_number(
             raw.get("cache_bandwidth", 0), source=source, key="cache_bandwidth", zero_ok=True
         ),
+        provenance=_provenance(raw.get("provenance"), source),
+        validation=_validation(raw.get("validation"), source),
+        measured_on=_measured_on(raw.get("measured_on"), source),
+        kernels=parse_kernels(raw.get("kernels"), source=source),
         path=source,
     )
+
+
+def _provenance(raw: Any, source: str) -> Provenance | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(map(str, raw)) != {"kind", "reason"}:
+        raise UserError(
+            f"expected {{kind: {' | '.join(PROVENANCE_KINDS)}, reason: one line}}, got {raw!r}",
+            source=source,
+            key="provenance",
+        )
+    if raw["kind"] not in PROVENANCE_KINDS:
+        raise UserError(
+            f"must be one of {', '.join(PROVENANCE_KINDS)}, got {raw['kind']!r}",
+            source=source,
+            key="provenance.kind",
+        )
+    reason = raw["reason"]
+    if not isinstance(reason, str) or not reason.strip() or "\n" in reason.strip():
+        raise UserError(
+            f"expected one non-empty line, got {reason!r}", source=source, key="provenance.reason"
+        )
+    return Provenance(kind=raw["kind"], reason=reason.strip())
+
+
+def _validation(raw: Any, source: str) -> dict[str, Validation]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(
+            f"expected a mapping of {'/'.join(QUANTITIES)} -> {{mape, within_10, n, method}}",
+            source=source,
+            key="validation",
+        )
+    out = {}
+    for quantity, entry in raw.items():
+        key = f"validation.{quantity}"
+        if quantity not in QUANTITIES:
+            raise UserError(
+                f"unknown quantity (known: {', '.join(QUANTITIES)})", source=source, key=key
+            )
+        fields = {"mape", "within_10", "n", "method", "p90"}
+        if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
+            raise UserError(
+                "expected {mape, within_10, n, method} (and optionally p90)", source=source, key=key
+            )
+        bad = sorted(set(map(str, entry)) - fields)
+        if bad:
+            raise UserError(
+                f"unknown key (known: {', '.join(sorted(fields))})",
+                source=source,
+                key=f"{key}.{bad[0]}",
+            )
+        n = entry["n"]
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise UserError(
+                f"expected a positive integer, got {n!r}", source=source, key=f"{key}.n"
+            )
+        within = _number(entry["within_10"], source=source, key=f"{key}.within_10", zero_ok=True)
+        if within > 1:
+            raise UserError(
+                f"expected a share in [0, 1], got {within!r}", source=source, key=f"{key}.within_10"
+            )
+        method = entry["method"]
+        if not isinstance(method, str) or not method.strip():
+            raise UserError(
+                f"expected a non-empty string, got {method!r}", source=source, key=f"{key}.method"
+            )
+        p90 = entry.get("p90")
+        out[quantity] = Validation(
+            mape=_number(entry["mape"], source=source, key=f"{key}.mape", zero_ok=True),
+            within_10=within,
+            n=n,
+            method=method.strip(),
+            p90=None
+            if p90 is None
+            else _number(p90, source=source, key=f"{key}.p90", zero_ok=True),
+        )
+    return out
+
+
+def latency_error(device: DeviceProfile, metric: str) -> float | None:
+    """The relative error (0.14: +-14%) a predicted latency metric (`ttft_ms`, `decode_ms`,
+    `e2e_ms`) carries on `device`: its held-out `Validation.error` (the 90th percentile of
+    |error| where the profile gives it, else the MAPE); e2e takes the larger of TTFT's and
+    decode's (the error of a sum of two positive parts is at most the larger relative error).
+    None where the profile has no validation figures for it (nothing is known)."""
+    quantities = ERROR_QUANTITIES.get(metric)
+    if quantities is None:
+        raise ValueError(f"{metric!r} is not a latency metric")
+    if not all(q in device.validation for q in quantities):
+        return None
+    return max(device.validation[q].error for q in quantities)
+
+
+def spec_error(spec: MetricSpec) -> float | None:
+    """`latency_error` of a latency metric with its device named (None for other metrics, a
+    device left to the run, or a profile that does not load)."""
+    device = dict(spec.args).get("device")
+    if spec.metric not in ERROR_QUANTITIES or device is None:
+        return None
+    try:
+        return latency_error(load_device(device), spec.metric)
+    except UserError:
+        return None
+
+
+def describe_error(device: DeviceProfile) -> str:
+    """How a profile was obtained and what the +- on its latencies means, in one line."""
+    how = (
+        f"{device.provenance.kind}: {device.provenance.reason}"
+        if device.provenance
+        else "provenance not stated in the profile"
+    )
+    if not device.validation:
+        return f"{device.name}: {how}; no validation figures, so latencies carry no error (+-?)"
+    figs = ", ".join(
+        f"{q} +-{100 * v.error:.0f}% (MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% within "
+        f"+-10%, n={v.n})"
+        for q, v in device.validation.items()
+    )
+    stat = (
+        "90th percentile"
+        if all(v.p90 is not None for v in device.validation.values())
+        else "mean (MAPE)"
+    )
+    method = next(iter(device.validation.values())).method
+    return f"{device.name}: {how}; +- is the {stat} of the held-out |error|: {figs}; {method}"
 
 
 def _matmul_table(raw: Any, source: str) -> dict | None:
@@ -199,6 +388,20 @@ def _matmul_table(raw: Any, source: str) -> dict | None:
     return {"weights": weights, "rows": rows, "rate": rate}
 
 
+def _measured_on(raw: Any, source: str) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(
+        isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in raw.values()
+    ):
+        raise UserError(
+            "expected a mapping of what -> text (hostname, cpu, torch, runtime, ...)",
+            source=source,
+            key="measured_on",
+        )
+    return {str(k): str(v) for k, v in raw.items()}
+
+
 def _prefill_logits(value: Any, source: str) -> str:
     if value not in ("last", "all"):
         raise UserError(
@@ -213,11 +416,29 @@ def devices_dir() -> Path:
     return conf_dir() / "device"
 
 
-def device_names() -> list[str]:
-    """The shipped profiles, then those installed packages register (`archsearch.plugins`)."""
+def user_devices_dir() -> Path:
+    """The user's own measured profiles (`archsearch calibrate name=NAME`): see the module's
+    docstring."""
+    if os.environ.get("ARCHSEARCH_DEVICE_DIR"):
+        return Path(os.environ["ARCHSEARCH_DEVICE_DIR"]).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser()
+    return Path(config) / "archsearch" / "devices"
+
+
+def reserved_device_names() -> list[str]:
+    """The names a user profile may not take: the shipped profiles' and the plugins'."""
     from archsearch.resources import shipped_names
 
     return shipped_names(devices_dir()) + list(plugins.names(plugins.DEVICES))
+
+
+def device_names() -> list[str]:
+    """The shipped profiles, those installed packages register (`archsearch.plugins`), then
+    the user's own (`user_devices_dir`)."""
+    from archsearch.resources import shipped_names
+
+    reserved = reserved_device_names()
+    return reserved + [n for n in shipped_names(user_devices_dir()) if n not in reserved]
 
 
 @cache
@@ -227,7 +448,8 @@ def _load(path: str) -> DeviceProfile:
 
 def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
     """A shipped profile by name (`rpi5`), a plugin's by its registered name (`pkg.board`:
-    the entry point gives the path of its YAML), or any profile YAML by path."""
+    the entry point gives the path of its YAML), a user profile by name (`user_devices_dir`),
+    or any profile YAML by path."""
     from archsearch.resources import resolve
 
     if plugins.is_plugin(plugins.DEVICES, name_or_path):
@@ -242,8 +464,11 @@ def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
     try:
         path = resolve(name_or_path, devices_dir(), "device", key)
     except UserError as err:
-        if not err.detail.startswith("unknown device") or not plugins.names(plugins.DEVICES):
+        if not err.detail.startswith("unknown device"):
             raise
+        mine = user_devices_dir() / f"{name_or_path}.yaml"
+        if mine.is_file():
+            return _load(str(mine.resolve()))
         raise UserError(
             f"unknown device {name_or_path!r} (known: {', '.join(device_names())}; or give a "
             "path to a .yaml file)",
@@ -253,13 +478,16 @@ def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
 
 
 def all_devices() -> list[DeviceProfile]:
-    """Every shipped profile and every plugin profile that loads: a broken plugin package
-    must not make every candidate unpriceable (naming it, `device=pkg.name`, gives its error)."""
+    """Every shipped profile, and every plugin and user profile that loads: a broken plugin
+    package or user file must not make every candidate unpriceable (naming it gives its
+    error)."""
+    from archsearch.resources import shipped_names
+
     out = []
     for name in device_names():
         try:
             out.append(load_device(name))
         except UserError:
-            if not plugins.is_plugin(plugins.DEVICES, name):
+            if name in shipped_names(devices_dir()):
                 raise
     return out

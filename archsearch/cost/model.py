@@ -12,10 +12,12 @@ quantised weights); `cache_bytes` takes the bit width explicitly (seed PLM eqs. 
 Latency (seed PLM section 6 and Appendix D: IO time vs compute time) is a roofline per
 operation: each op of `counts.model_ops` takes max(FLOPs / (peak x efficiency(rows)),
 bytes / (bandwidth x efficiency)), elementwise ops take their memory time, and every op adds a
-fixed overhead. Time to first token is a forward over the prompt; decode time per token is one
-step at context n; end-to-end is TTFT(P) plus G decode steps at the mean context P + (G-1)/2
-(exact when the step time is affine in the context, as it is on either side of a roofline
-ridge).
+fixed overhead. On a profile with a fitted kernel predictor (`archsearch.cost.kernels`), fp32
+latency is instead the sum of the model's kernels' learned times
+(`archsearch.cost.kernel_latency`). Time to first token is a forward over the prompt; decode
+time per token is one step at context n; end-to-end is TTFT(P) plus G decode steps at the mean
+context P + (G-1)/2 (exact when the step time is affine in the context, as it is on either side
+of a roofline ridge).
 
 The cost metrics of `archsearch.metrics` are registered here beside their formulas
 (`@evaluator`); the parameter counts are registered in `counts`.
@@ -29,6 +31,7 @@ from archsearch.cost import traced
 from archsearch.cost.counts import model_ops, params, state_elements
 from archsearch.cost.devices import DeviceProfile, load_device
 from archsearch.cost.evaluate import evaluator
+from archsearch.cost.kernel_latency import kernel_seconds
 from archsearch.cost.ops import Columns, Op, Phase
 
 WEIGHT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "q8": 8.5, "q4": 4.5}
@@ -144,7 +147,13 @@ def op_seconds(
     rate measured for their weight size and row count (x the fitted efficiency); other kernels
     (attention, scans, norms) over many tokens at `vector` x their roofline; the memory side
     runs at bandwidth x efficiency, or at the measured cache bandwidth when every weight the
-    phase reads fits in the last-level cache (small models decoding on a CPU)."""
+    phase reads fits in the last-level cache (small models decoding on a CPU).
+
+    A profile with a fitted kernel predictor (`kernels`, from `archsearch calibrate`) prices
+    fp32 as the sum of the model's kernels instead (`kernel_latency.kernel_seconds`: one entry
+    per kernel, not per op)."""
+    if device.kernels is not None and precision == "fp32":
+        return kernel_seconds(c, phase, device, lm_head_tokens=lm_head_tokens)
     eff = device.eff(precision)
     peak_w = device.peak(precision)
     peak_a = device.peak("fp32" if precision == "fp32" else "fp16")

@@ -246,6 +246,7 @@ class Op:
     extra_flops: np.ndarray | float = 0.0  # work a FLOP counter does not see (solves)
     launches: np.ndarray | float = 0.0  # operators dispatched (for the per-operator overhead)
     kn: np.ndarray | float = 0.0  # weight elements of one matmul (k x n), for measured rates
+    k: np.ndarray | float = 0.0  # its input width (with kn: the GEMM's shape, for kernel timings)
     category: str = ""  # the part of the model it belongs to (one of CATEGORIES)
 
 
@@ -258,6 +259,7 @@ def linear_op(name: str, tokens, k, n, *, count=1.0) -> Op:
         acts=tokens * (k + n) * count,
         rows=tokens,
         kn=k * n,
+        k=k,
     )
 
 

@@ -3,7 +3,8 @@
 `prune(space, device)` enumerates a finite space (or samples an infinite or huge one), builds
 every candidate, evaluates every cost constraint of the space on the vectorised table and
 reports the survivors and, for each constraint, how many candidates it pruned; `rank` orders
-candidates by the space's first cost objective.
+candidates by the space's first cost objective. A latency constraint with `margin: error`
+bounds the prediction times (1 + its device's `latency_error`) (`margin_error`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from archsearch.cost.devices import latency_error, load_device, spec_error
 from archsearch.cost.evaluate import metric_values
 from archsearch.cost.ops import Columns
+from archsearch.errors import UserError
+from archsearch.metrics import Constraint, MetricSpec
 from archsearch.space import Candidate, SearchSpace, assignments, build, count
 from archsearch.space.candidates import sample_assignment
 
@@ -32,6 +36,10 @@ class PruneResult:
     candidates: list[Candidate] = field(default_factory=list)  # distinct valid ones
     values: dict[str, np.ndarray] = field(default_factory=dict)  # constraint metric per candidate
     pruned_by: dict[str, int] = field(default_factory=dict)  # candidates failing each constraint
+    # the relative error of each latency constraint's prediction (None: not a latency, or its
+    # profile states none) and the margin its bound was widened by (0 without `margin: error`)
+    errors: dict[str, float | None] = field(default_factory=dict)
+    margins: dict[str, float] = field(default_factory=dict)
     feasible: np.ndarray | None = None
     sampled: bool = False
 
@@ -83,17 +91,38 @@ def prune(
         for con in space.constraints:
             if con.spec.phase != "cost":
                 continue
-            values = metric_values(c, con.spec.on_device(device, only_unset=True))
+            spec = con.spec.on_device(device, only_unset=True)
+            values = metric_values(c, spec)
+            error = margin_error(con, spec)
             ok = np.ones(len(values), dtype=bool)
             if con.max is not None:
-                ok &= values <= con.max
+                ok &= values * (1.0 + error) <= con.max
             if con.min is not None:
-                ok &= values >= con.min
+                ok &= values * (1.0 - error) >= con.min
             res.values[con.name] = values
+            res.errors[con.name] = spec_error(spec)
+            res.margins[con.name] = error
             res.pruned_by[con.name] = int((~ok).sum())
             feasible &= ok
     res.feasible = feasible
     return res
+
+
+def margin_error(con: Constraint, spec: MetricSpec) -> float:
+    """The relative error a constraint's bound is widened by: the device profile's
+    `latency_error` of the metric under `margin: error`, else 0. A profile without validation
+    figures cannot give one: a one-line error naming the constraint."""
+    if con.margin != "error":
+        return 0.0
+    device = spec.arg("device")
+    error = latency_error(load_device(device), spec.metric)
+    if error is None:
+        raise UserError(
+            f"margin: error on {con.name}, but the {device!r} profile has no validation figures "
+            "(recalibrate it, or drop the margin)",
+            key="constraints.margin",
+        )
+    return error
 
 
 def rank(space: SearchSpace, candidates: list[Candidate], device: str) -> list[int]:

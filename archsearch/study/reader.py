@@ -29,6 +29,15 @@ class StudyData:
     directions: list[str]
     home: Path | None  # where outputs go: the run directory; None for a server URL
     study: Any = field(repr=False, default=None)
+    storage: Any = field(repr=False, default=None)
+    version: tuple | None = None  # `current_version()` when read
+
+    def current_version(self) -> tuple | None:
+        """A token that changes whenever a trial is added or ends (None: unknown): a reader
+        that keeps this study can tell whether it is still current."""
+        from archsearch.study.tables import study_version
+
+        return study_version(self.storage, self.name) if self.storage is not None else None
 
     @property
     def trained(self) -> list[TrialRecord]:
@@ -110,6 +119,9 @@ def load(study: str, study_name: str | None = None, *, series: bool = False) -> 
             key="study_name",
         )
     st = optuna.load_study(study_name=study_name, storage=storage)
+    from archsearch.study.tables import study_version
+
+    version = study_version(storage, study_name)  # before the trials: a later change shows
     meta = StudyMeta.from_study(st)
     directions = [d.name.lower() for d in st.directions]
     objectives = list((meta.objectives if meta else None) or st.metric_names or [])
@@ -124,6 +136,8 @@ def load(study: str, study_name: str | None = None, *, series: bool = False) -> 
         directions=directions,
         home=home,
         study=st,
+        storage=storage,
+        version=version,
     )
 
 

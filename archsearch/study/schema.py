@@ -33,6 +33,7 @@ a value <= 0 is satisfied.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "SERIES_ATTRS",
     "STALE_REASON",
     "Status",
+    "StoredAttrs",
     "StudyMeta",
     "TrialRecord",
     "encode_attrs",
@@ -107,12 +109,91 @@ def encode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def decode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+def decode_attrs(attrs: Mapping[str, Any]) -> MutableMapping[str, Any]:
+    """User attributes as the analysis reads them (nested values decoded); `StoredAttrs`
+    stay lazy."""
+    if isinstance(attrs, StoredAttrs):
+        return attrs
     out = dict(attrs)
     for key in JSON_ATTRS:
         if isinstance(out.get(key), str):
             out[key] = json.loads(out[key])
     return out
+
+
+class StoredAttrs(MutableMapping[str, Any]):
+    """A trial's user attributes straight from the storage's JSON, decoded on first use.
+
+    Reading a 100,000-trial study decodes only what the analysis touches: a front on stored
+    objectives reads `status`, `reason` and `arch_hash`, not each trial's cost tables and
+    architecture. The attributes not in `raw` are fetched through `more` (key -> JSON text or
+    None, and None -> every key the trial has), which reads the whole study's column of that
+    key at once (`archsearch.study.tables`). Equal to the decoded dict (`==`), and a mapping
+    wherever one is expected."""
+
+    __slots__ = ("_decoded", "_keys", "_more", "_raw")
+
+    def __init__(self, raw: dict[str, str], more: Callable[[str | None], Any] | None = None):
+        self._raw = raw  # key -> the value's JSON text as the storage holds it
+        self._more = more
+        self._keys: list[str] | None = None if more else list(raw)
+        self._decoded: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._decoded[key]
+        except KeyError:
+            pass
+        text = self._raw.get(key)
+        if text is None and self._more is not None and (self._keys is None or key in self._keys):
+            text = self._more(key)
+            if text is not None:
+                self._raw[key] = text
+        if text is None:
+            raise KeyError(key)
+        if len(text) > 1 and text[0] == '"' == text[-1] and "\\" not in text:  # a plain string
+            value = text[1:-1]
+        else:
+            value = json.loads(text)
+        if key in JSON_ATTRS and isinstance(value, str):
+            value = json.loads(value)
+        self._decoded[key] = value
+        return value
+
+    def _all_keys(self) -> list[str]:
+        if self._keys is None:
+            self._keys = list(self._more(None)) if self._more else list(self._raw)
+        return self._keys
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self:
+            self._all_keys().append(key)
+        self._decoded[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._all_keys().remove(key)
+        self._raw.pop(key, None)
+        self._decoded.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._all_keys()))
+
+    def __len__(self) -> int:
+        return len(self._all_keys())
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._raw or key in self._decoded:
+            return True
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 @dataclass
@@ -174,7 +255,7 @@ class TrialRecord:
     status: str  # a `Status` value ("" for a trial archsearch did not write)
     reason: str
     values: list[float] | None
-    attrs: dict[str, Any]
+    attrs: MutableMapping[str, Any]  # a dict, or `StoredAttrs` read lazily from the tables
     constraints: dict[str, float]
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -203,11 +284,12 @@ class TrialRecord:
         number: int,
         state: str,
         values: list[float] | None,
-        user_attrs: dict[str, Any],
+        user_attrs: Mapping[str, Any],
         constraints: dict[str, float],
         params: dict[str, Any],
     ) -> TrialRecord:
-        """A record from a trial's stored parts (user attributes as stored: JSON text)."""
+        """A record from a trial's stored parts (user attributes as Optuna gives them, nested
+        ones as JSON text; or `StoredAttrs`, kept lazy)."""
         attrs = decode_attrs(user_attrs)
         running = state == "RUNNING"
         status = str(attrs.get("status", Status.RUNNING.value if running else ""))

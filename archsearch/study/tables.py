@@ -4,8 +4,11 @@ Why: Optuna's public API reads a study whole. `Study.get_trials` (and `storage.g
 builds every `FrozenTrial` with every attribute, parameter and intermediate value in one
 query, with no paging and no way to leave anything out: 100,000 trials of a sweep are
 gigabytes of JSON (each trial's loss curve is most of it) and minutes. Analysis needs a few
-attributes per trial, so this module reads the trials in pages of `PAGE` by their id and only
-the user attributes asked for.
+attributes per trial, so this module reads the trials in pages of `PAGE` by their id with the
+few user attributes every analysis reads (`EAGER_ATTRS`); any other attribute is read when first
+used, for every trial of the study at once (one query per attribute, in pages), and each value
+is decoded only when read (`StoredAttrs`). A front on a study's stored objectives never reads
+the trials' architectures and cost tables; a table of its members reads their columns once.
 
 Why it is safe: the tables are read only, with plain SELECTs, through the storage's own
 engine (the sweep's `StudyWriter` stays the one writer), and only on the schema revision
@@ -22,12 +25,21 @@ import json
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from archsearch.study.schema import TrialRecord
+from archsearch.study.schema import StoredAttrs, TrialRecord
 
-__all__ = ["PAGE", "SCHEMA_REVISIONS", "read_records", "schema_revision"]
+__all__ = [
+    "EAGER_ATTRS",
+    "PAGE",
+    "SCHEMA_REVISIONS",
+    "read_records",
+    "schema_revision",
+    "study_version",
+]
 
 SCHEMA_REVISIONS = frozenset({"v3.2.0.a"})  # Optuna 3.2 ... 5.0 (checked with 5.0.0)
 PAGE = 5000  # trials per query
+# user attributes read with the trials (the rest are read when first used)
+EAGER_ATTRS = ("status", "reason", "arch_hash", "summary", "family", "attention_share")
 
 _CONSTRAINTS = "constraints"  # Optuna's system attribute: the old list, and `constraints:<key>`
 
@@ -39,6 +51,27 @@ def schema_revision(engine) -> str | None:
     with engine.connect() as conn:
         row = conn.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).first()
     return None if row is None else str(row[0])
+
+
+def study_version(storage, study_name: str) -> tuple | None:
+    """What changes whenever a trial of the study is added or ends: (trials, ended trials,
+    the last end time), in one query; None where the tables cannot be read (no caching then)."""
+    import sqlalchemy
+
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sqlalchemy.engine.Engine):
+        return None
+    q = sqlalchemy.text(
+        "SELECT COUNT(*), COUNT(t.datetime_complete), MAX(t.datetime_complete) FROM trials t "
+        "JOIN studies s ON s.study_id = t.study_id WHERE s.study_name = :name"
+    )
+    try:
+        if schema_revision(engine) not in SCHEMA_REVISIONS:
+            return None
+        with engine.connect() as conn:
+            return tuple(conn.execute(q, {"name": study_name}).one())
+    except sqlalchemy.exc.SQLAlchemyError:
+        return None
 
 
 def read_records(
@@ -75,11 +108,9 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
     )
     user_q = text(
         "SELECT trial_id, key, value_json FROM trial_user_attributes "
-        "WHERE trial_id BETWEEN :lo AND :hi" + (" AND key NOT IN :skip" if skip else "")
-    )
-    skip_param = {"skip": sorted(skip)} if skip else {}
-    if skip:
-        user_q = user_q.bindparams(bindparam("skip", expanding=True))
+        "WHERE trial_id BETWEEN :lo AND :hi AND key IN :eager"
+    ).bindparams(bindparam("eager", expanding=True))
+    eager = {"eager": [k for k in EAGER_ATTRS if k not in skip]}
     system_q = text(
         "SELECT trial_id, key, value_json FROM trial_system_attributes "
         "WHERE trial_id BETWEEN :lo AND :hi AND (key = :old OR key LIKE :new)"
@@ -95,29 +126,31 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
         if row is None:
             return
         study_id, after = row[0], -1
+        columns = _Columns(engine, skip)
         while True:
-            trials = conn.execute(trials_q, {"study": study_id, "after": after, "page": page}).all()
+            trials = _rows(conn, trials_q, {"study": study_id, "after": after, "page": page})
             if not trials:
                 return
             ids = {t[0]: t for t in trials}
             span = {"lo": trials[0][0], "hi": trials[-1][0]}
             after = trials[-1][0]
+            columns.pages.append((span["lo"], span["hi"], set(ids)))
             values: dict[int, dict[int, float]] = {}
-            for tid, objective, value, kind in conn.execute(values_q, span):
+            for tid, objective, value, kind in _rows(conn, values_q, span):
                 if tid in ids:
                     values.setdefault(tid, {})[objective] = _value(value, kind)
-            user: dict[int, dict[str, Any]] = {}
-            for tid, key, raw in conn.execute(user_q, {**span, **skip_param}):
+            user: dict[int, dict[str, str]] = {}  # JSON texts, decoded on use (`StoredAttrs`)
+            for tid, key, raw in _rows(conn, user_q, {**span, **eager}):
                 if tid in ids:
-                    user.setdefault(tid, {})[key] = json.loads(raw)
+                    user.setdefault(tid, {})[key] = raw
             system: dict[int, dict[str, Any]] = {}
-            for tid, key, raw in conn.execute(
-                system_q, {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
+            for tid, key, raw in _rows(
+                conn, system_q, {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
             ):
                 if tid in ids:
                     system.setdefault(tid, {})[key] = json.loads(raw)
             params: dict[int, dict[str, Any]] = {}
-            for tid, name, value, dist in conn.execute(params_q, span):
+            for tid, name, value, dist in _rows(conn, params_q, span):
                 if tid in ids:
                     params.setdefault(tid, {})[name] = _param(value, dist)
             yield [
@@ -125,12 +158,66 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
                     number,
                     state,
                     [v for _, v in sorted(values[tid].items())] if tid in values else None,
-                    user.get(tid, {}),
+                    StoredAttrs(user.get(tid, {}), columns.reader(tid)),
                     _constraints(system.get(tid, {})),
                     params.get(tid, {}),
                 )
                 for tid, number, state in trials
             ]
+
+
+class _Columns:
+    """The study's user attributes outside `EAGER_ATTRS`, one key at a time: the first trial
+    that asks for a key reads that key of every trial (one query per page of trials read),
+    later ones find it here."""
+
+    def __init__(self, engine, skip: set[str]) -> None:
+        self.engine, self.skip = engine, skip
+        self.pages: list[tuple[int, int, set[int]]] = []  # (first id, last id, the study's ids)
+        self.columns: dict[str, dict[int, str]] = {}
+
+    def reader(self, trial_id: int):
+        """The `more` of one trial's `StoredAttrs`."""
+        return lambda key: self.keys(trial_id) if key is None else self.value(trial_id, key)
+
+    def value(self, trial_id: int, key: str) -> str | None:
+        if key in self.skip:
+            return None
+        if key not in self.columns:
+            self.columns[key] = self._column(key)
+        return self.columns[key].get(trial_id)
+
+    def keys(self, trial_id: int) -> list[str]:
+        from sqlalchemy import text
+
+        q = text("SELECT key FROM trial_user_attributes WHERE trial_id = :t ORDER BY key")
+        with self.engine.connect() as conn:
+            return [k for (k,) in conn.execute(q, {"t": trial_id}).all() if k not in self.skip]
+
+    def _column(self, key: str) -> dict[int, str]:
+        from sqlalchemy import text
+
+        q = text(
+            "SELECT trial_id, value_json FROM trial_user_attributes "
+            "WHERE trial_id BETWEEN :lo AND :hi AND key = :key"
+        )
+        out: dict[int, str] = {}
+        with self.engine.connect() as conn:
+            for lo, hi, ids in self.pages:  # ids in [lo, hi] may be other studies' trials
+                out.update(
+                    r for r in _rows(conn, q, {"lo": lo, "hi": hi, "key": key}) if r[0] in ids
+                )
+        return out
+
+
+def _rows(conn, query, params: dict[str, Any]) -> list[tuple]:
+    """Every row of a query as the database driver returns it: SQLAlchemy's `Row` objects cost
+    twice the query itself on 100,000 trials, and these plain columns need no conversion."""
+    result = conn.execute(query, params)
+    try:
+        return result.cursor.fetchall()
+    finally:
+        result.close()
 
 
 def _value(value: float | None, kind: str) -> float:

@@ -8,7 +8,8 @@ the sandbox trials.
   `archsearch.study.StudyWriter`, the one writer of the stored schema);
 - `state`: what the searcher and the recorder share; `ray_runtime`: a private local Ray or a
   cluster; `trainable`: the sandbox trial as a Tune trainable; `measure`: latency measured on
-  a resource-tagged node; `progress`: the live progress line; `testing`: stand-in trainables.
+  a resource-tagged node; `device_calibration`: `archsearch calibrate` as a Ray task on such a
+  node; `progress`: the live progress line; `testing`: stand-in trainables.
 """
 
 from archsearch.sweep.pricing import Priced, price

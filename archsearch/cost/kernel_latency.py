@@ -1,0 +1,212 @@
+"""A model's latency as the sum of its kernels' predicted times (a profile with `kernels`).
+
+The kernels of a model (`archsearch.cost.kernels`) are read off the cost model's own modules
+(`counts.block_modules`, multiplicity included): per layer its sequence mixer and channel
+mixer, two norms and two residual adds; per model the embedding, the final norm, the LM head
+(a `gemm`) and the model-level terms the profile measured (`glue`: a scale of the kernels'
+sum, seconds per fp32 byte of the model's active weights (a model larger than the cache
+streams them; a kernel timed alone finds its own in the cache), Python and bookkeeping per
+model and per layer; fitted to whole models by `archsearch calibrate`).
+
+A kernel's time is its analytic time times the learned correction of its shape: the analytic
+time of a module is the sum over its `Op`s of the predicted `gemm` time of each linear layer
+(m = rows, k, n) and the roofline time of every other op at the profile's measured peaks
+(FLOPs at the fp32 peak, bytes at the cache bandwidth when they fit the cache, else at the
+memory bandwidth), plus its dispatched operators at the
+measured overhead each. Mixers of plugins (`archsearch.plugins`) have no predictor: their
+traced ops take that analytic time alone.
+
+Everything is numpy over the candidate table: rows with the same modules are priced together
+(`Columns.groups`), and a predictor is evaluated once per distinct shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+
+from archsearch.arch import LINEAR_FAMILIES
+from archsearch.cost.attention import attention_ops, mla_ops
+from archsearch.cost.counts import block_modules, params
+from archsearch.cost.devices import DeviceProfile
+from archsearch.cost.ffn import dense_ffn_ops, moe_ops
+from archsearch.cost.kernels import Kernels, features, gemm_features
+from archsearch.cost.linear import linear_mixer_ops
+from archsearch.cost.mcsd import mcsd_ops
+from archsearch.cost.ops import Columns, Op, Phase
+
+__all__ = [
+    "analytic_seconds",
+    "gemm_seconds",
+    "kernel_analytic",
+    "kernel_seconds",
+    "module_kernel",
+]
+
+FP32 = 4.0  # bytes per element: the kernels are timed in fp32
+# the cost model's ops of each kernel's module
+_OPS = {
+    "gqa": attention_ops,
+    "mla": mla_ops,
+    "mcsd": mcsd_ops,
+    "ffn": dense_ffn_ops,
+    "moe": moe_ops,
+    **{f: linear_mixer_ops for f in LINEAR_FAMILIES},
+}
+_ELEMENTWISE = {"norm": 2.0, "residual": 3.0, "embedding": 2.0}  # elements per token and width
+
+
+def module_kernel(fn, c: Columns, p: Phase) -> str | None:
+    """The kernel a module of `block_modules` runs as on table `c` (one group: one family), or
+    None (a plugin's traced module)."""
+    if fn is dense_ffn_ops:
+        return "ffn"
+    if fn is moe_ops:
+        return "moe"
+    if fn is linear_mixer_ops:
+        return f"{LINEAR_FAMILIES[int(c.fam[0])]}.{p.kind}"
+    mixer = {attention_ops: "gqa", mla_ops: "mla", mcsd_ops: "mcsd"}.get(fn)
+    return None if mixer is None else f"{mixer}.{p.kind}"
+
+
+def _roofline(device: DeviceProfile, flops, nbytes) -> np.ndarray:
+    """max(compute time at the fp32 peak, memory time): at the measured cache bandwidth when
+    the bytes fit in the cache the profile models, else at the memory bandwidth."""
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    bandwidth = device.memory_bandwidth
+    if device.cache_capacity > 0 and device.cache_bandwidth > 0:
+        bandwidth = np.where(nbytes <= device.cache_capacity, device.cache_bandwidth, bandwidth)
+    return np.maximum(np.asarray(flops, dtype=np.float64) / device.peak("fp32"), nbytes / bandwidth)
+
+
+def gemm_seconds(device: DeviceProfile, kernels: Kernels, m, k, n) -> np.ndarray:
+    """Predicted seconds of x [m, k] @ W [n, k]^T."""
+    m, k, n = np.broadcast_arrays(
+        *(np.maximum(np.asarray(v, dtype=np.float64), 1.0) for v in (m, k, n))
+    )
+    base = _roofline(device, 2.0 * m * k * n, FP32 * (m * k + k * n + m * n))
+    return base * kernels.correction("gemm", gemm_features(m, k, n))
+
+
+def analytic_seconds(ops: list[Op], device: DeviceProfile, kernels: Kernels, n: int) -> np.ndarray:
+    """The analytic time of a module's ops (see the module docstring), per row."""
+    total = np.zeros(n)
+    for op in ops:
+        k = np.asarray(op.k, dtype=np.float64)
+        if op.kind == "matmul" and np.any(k > 0):
+            rows = np.maximum(np.asarray(op.rows, dtype=np.float64), 1.0)
+            width = np.where(k > 0, np.asarray(op.kn, dtype=np.float64) / np.maximum(k, 1.0), 0)
+            one = 2.0 * rows * k * width
+            copies = np.divide(op.flops, one, out=np.zeros(n), where=one > 0)
+            total = total + copies * gemm_seconds(device, kernels, rows, k, width)
+        else:
+            nbytes = FP32 * (np.asarray(op.weights) + op.acts + op.state)
+            total = total + _roofline(device, op.flops + op.extra_flops, nbytes)
+        total = total + np.asarray(op.launches) * kernels.dispatch_s
+    return total
+
+
+def _implementation_traffic(kernel: str, c: Columns, p: Phase) -> list[Op]:
+    """Memory traffic of how `archsearch.models` runs a decode step beyond the ideal kernel's
+    (which the cost model's ops count): the step writes its cache anew (`torch.cat`), and MLA's
+    absorbed products broadcast the latent cache to every head. Without it the analytic time
+    would not grow with the context and heads as the measured one does, beyond the contexts
+    and widths calibration timed."""
+    if kernel not in ("gqa.step", "mla.step"):
+        return []
+    m = np.where(c.W > 0, np.minimum(p.n0 + 1, c.W), p.n0 + 1)
+    if kernel == "gqa.step":
+        return [Op("attn.cache_copy", acts=p.B * 2 * c.G * c.dh * m)]
+    latent = p.B * m * (c.dc + c.dr)
+    return [Op("mla.cache_copy", acts=latent), Op("mla.broadcast", acts=2.0 * c.H * latent)]
+
+
+def kernel_analytic(kernel: str, c: Columns, p: Phase, device: DeviceProfile) -> np.ndarray:
+    """The analytic time of a kernel (its module's ops, or one norm / residual add / embedding
+    lookup over N tokens of width d, one operator each), per row of `c`."""
+    module = kernel.partition(".")[0]
+    if module in _ELEMENTWISE:
+        ops = [Op(kernel, acts=_ELEMENTWISE[module] * p.tokens * c.d, launches=1.0)]
+    else:
+        ops = _OPS[module](c, p)
+    ops += _implementation_traffic(kernel, c, p)
+    assert device.kernels is not None
+    return analytic_seconds(ops, device, device.kernels, c.n)
+
+
+def _group_seconds(
+    c: Columns, p: Phase, device: DeviceProfile, lm_head_tokens: float | None
+) -> list[tuple[Op, np.ndarray]]:
+    kernels = device.kernels
+    assert kernels is not None
+    scale, per_model, per_layer, per_byte = kernels.glue[p.kind]
+    out = []
+    for category, count, fn in block_modules(c):
+        if not np.any(count):
+            continue
+        kernel = module_kernel(fn, c, p)
+        if kernel is None:
+            t = analytic_seconds(fn(c, p), device, kernels, c.n)
+        else:
+            t = kernel_analytic(kernel, c, p, device)
+            t = t * kernels.correction(kernel, features(kernel, c, p))
+        out.append((Op(kernel or fn.__name__, category=category), scale * count * t))
+    elementwise = (
+        ("norm", "norms+residual", 2 * c.L + 1),
+        ("residual", "norms+residual", 2 * c.L),
+        ("embedding", "embedding", np.ones(c.n)),
+    )
+    for kernel, category, count in elementwise:
+        t = kernel_analytic(kernel, c, p, device)
+        t = t * kernels.correction(kernel, features(kernel, c, p))
+        out.append((Op(kernel, category=category), scale * count * t))
+    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
+    lm_head = gemm_seconds(device, kernels, rows, c.d, c.V)
+    out.append((Op("lm_head", category="lm head"), scale * lm_head))
+    weights = FP32 * params(c)["active_params"]
+    out.append((Op("glue", category="norms+residual"), per_model + per_layer * c.L))
+    out.append((Op("weights", category="norms+residual"), per_byte * weights))
+    return out
+
+
+def kernel_seconds(
+    c: Columns, p: Phase, device: DeviceProfile, *, lm_head_tokens: float | None = None
+) -> list[tuple[Op, np.ndarray]]:
+    """(kernel, seconds per row) of a phase on a profile with `kernels`, multiplicity included;
+    each kernel is an `Op` that carries its name and breakdown category. Each distinct row is
+    priced once (a table of a million candidates drawn from a space holds a few thousand)."""
+    distinct, inverse = _distinct(c)
+    if inverse is not None:
+        parts = kernel_seconds(distinct, p, device, lm_head_tokens=lm_head_tokens)
+        return [(op, t[inverse]) for op, t in parts]
+    groups = c.groups()
+    if len(groups) == 1:
+        return _group_seconds(c, p, device, lm_head_tokens)
+    totals: dict[tuple[str, str], np.ndarray] = {}
+    for idx, sub in groups:
+        for op, t in _group_seconds(sub, p, device, lm_head_tokens):
+            key = (op.name, op.category)
+            if key not in totals:
+                totals[key] = np.zeros(c.n)
+            totals[key][idx] = t
+    return [(Op(name, category=category), t) for (name, category), t in totals.items()]
+
+
+def _distinct(c: Columns) -> tuple[Columns, np.ndarray | None]:
+    """(the table of c's distinct rows, the index of each row of c in it), or (c, None) when
+    its rows are all distinct; computed once per table."""
+    cached = c.__dict__.get("_distinct")
+    if cached is None:
+        names = [f.name for f in fields(Columns)]
+        weights = np.random.default_rng(7).uniform(1.0, 2.0, len(names)) * np.pi
+        key = sum(w * getattr(c, k) for w, k in zip(weights, names))
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        cached = (c, None)
+        if len(first) < c.n:
+            distinct = Columns(**{k: getattr(c, k)[first] for k in names})
+            same = all(np.array_equal(getattr(distinct, k)[inverse], getattr(c, k)) for k in names)
+            if same:  # else two distinct rows share a key: price every row
+                cached = (distinct, inverse.reshape(-1))
+        c.__dict__["_distinct"] = cached
+    return cached

@@ -1,0 +1,347 @@
+"""Timing the kernels of `archsearch.cost.kernels` on this machine, at shapes drawn from grids.
+
+Every kernel is timed as the models run it: the real modules of `archsearch.models` (a
+one-layer model of the sampled architecture supplies its mixer, channel mixer, norm and
+embedding; `archsearch.models.gemm.Linear` the GEMMs), through
+`archsearch.runtimes.prepare(runtime, module, inputs)`, so the same timings can be taken in
+any deploy runtime. A mixer's `forward` kernel is its prefill of T tokens of B sequences from
+an empty state; its `step` kernel one decoded token after a context of n tokens.
+
+A shape is a point of a kernel's grid (`GRIDS`: one tuple of values per knob, an index per
+knob); `neighbour` moves a point one step along one or two knobs (adaptive sampling refines
+around the shapes predicted worst). The grids are the calibration set: widths 64-512, 1-8
+heads, prompts of 16-512 tokens, contexts of 16-1024, batches of 1-4, GEMMs up to
+2048 x 1024 x 16384.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from archsearch.arch import (
+    FFN_KINDS,
+    LINEAR_FAMILIES,
+    ArchConfig,
+    AttentionConfig,
+    FFNConfig,
+    LayersConfig,
+    LinearConfig,
+    MCSDConfig,
+    MoEConfig,
+)
+from archsearch.cost.kernels import KERNELS, features, gemm_features
+from archsearch.cost.ops import Columns, Phase
+
+__all__ = [
+    "GRIDS",
+    "MAX_TOKENS",
+    "Shape",
+    "affordable",
+    "dispatch_seconds",
+    "neighbour",
+    "random_shape",
+    "seconds_per_call",
+    "shape_rows",
+    "time_model",
+    "time_shape",
+]
+
+WIDTHS = (64, 128, 192, 256, 384, 512)
+HEADS = (1, 2, 4, 8)
+PROMPTS = (16, 32, 64, 128, 256, 512)
+CONTEXTS = (16, 64, 128, 256, 512, 1024)
+BATCHES = (1, 2, 4)
+TOKENS = (1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048)
+_MIXER = {"d": WIDTHS, "H": HEADS, "B": BATCHES}
+_FORWARD = {**_MIXER, "T": PROMPTS}
+_STEP = {**_MIXER, "ctx": CONTEXTS}
+_LINEAR = {"gate": (0, 1), "conv": (0, 4)}
+
+GRIDS: dict[str, dict[str, tuple]] = {
+    "gemm": {
+        "m": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+        "k": (64, 128, 256, 384, 512, 768, 1024),
+        "n": (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    },
+    "norm": {"N": TOKENS, "d": WIDTHS},
+    "residual": {"N": TOKENS, "d": WIDTHS},
+    "embedding": {"N": TOKENS, "d": WIDTHS},
+    "ffn": {"N": TOKENS, "d": WIDTHS, "kind": FFN_KINDS, "mult": (2, 3, 4)},
+    "moe": {
+        "N": TOKENS,
+        "d": WIDTHS,
+        "E": (4, 8, 16),
+        "topk": (1, 2, 4),
+        "S": (0, 1),
+        "mult": (0.5, 1),
+    },
+    "gqa.forward": {**_FORWARD, "G": (1, 2, 0)},  # G = 0: as many KV heads as heads (MHA)
+    "gqa.step": {**_STEP, "G": (1, 2, 0)},
+    "mla.forward": {**_FORWARD, "rank": (8, 4, 2), "q": (0, 1)},
+    "mla.step": {**_STEP, "rank": (8, 4, 2), "q": (0, 1)},
+    "mcsd.forward": {"d": WIDTHS, "C": (2, 4, 8), "B": BATCHES, "T": PROMPTS},
+    "mcsd.step": {"d": WIDTHS, "C": (2, 4, 8), "B": BATCHES, "ctx": (16, 64)},
+}
+for _fam in LINEAR_FAMILIES:
+    GRIDS[f"{_fam}.forward"] = {**_FORWARD, **_LINEAR}
+    GRIDS[f"{_fam}.step"] = {**_STEP, **_LINEAR, "ctx": (16, 64)}
+assert set(GRIDS) == set(KERNELS)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A point of a kernel's grid: knob -> index into `GRIDS[kernel][knob]`."""
+
+    kernel: str
+    index: tuple[tuple[str, int], ...]
+
+    def values(self) -> dict[str, Any]:
+        grid = GRIDS[self.kernel]
+        return {knob: grid[knob][i] for knob, i in self.index}
+
+
+MAX_TOKENS = 2048  # B x T of a timed prefill (longer ones cost seconds and add little)
+
+
+def affordable(shape: Shape) -> bool:
+    """Whether a shape is cheap enough to time: a prefill of at most MAX_TOKENS tokens."""
+    v = shape.values()
+    return v.get("B", 1) * v.get("T", 1) <= MAX_TOKENS
+
+
+def random_shape(kernel: str, rng: random.Random) -> Shape:
+    grid = GRIDS[kernel]
+    return Shape(kernel, tuple((k, rng.randrange(len(v))) for k, v in grid.items()))
+
+
+def neighbour(shape: Shape, rng: random.Random) -> Shape:
+    """The shape one grid step away along one or two knobs."""
+    grid = GRIDS[shape.kernel]
+    index = dict(shape.index)
+    for knob in rng.sample(list(grid), min(len(grid), rng.choice((1, 2)))):
+        index[knob] = min(max(index[knob] + rng.choice((-1, 1)), 0), len(grid[knob]) - 1)
+    return Shape(shape.kernel, tuple(index.items()))
+
+
+# ---- what a shape is: an architecture and a phase -----------------------------------------------
+
+
+def _arch(kernel: str, v: dict[str, Any]) -> ArchConfig:
+    """The one-layer architecture whose module (or norm, embedding) a shape times."""
+    d = v["d"]
+    mixer = kernel.partition(".")[0]
+    base = dict(vocab_size=256, d_model=d, n_layers=1, max_seq_len=4096, tie_embeddings=False)
+    heads = min(v.get("H", 1), d // 32)
+    if mixer == "gqa":
+        kv = heads if v["G"] == 0 else min(v["G"], heads)
+        return ArchConfig(**base, attention=AttentionConfig(n_heads=heads, n_kv_heads=kv))
+    if mixer == "mla":
+        attn = AttentionConfig(
+            kind="mla",
+            n_heads=heads,
+            kv_rank=d // v["rank"],
+            q_rank=d // 2 if v["q"] else None,
+            rope_dim=16 if d // heads <= 64 else 32,
+        )
+        return ArchConfig(**base, attention=attn)
+    if mixer == "mcsd":
+        return ArchConfig(**base, layers=LayersConfig(mixer="mcsd"), mcsd=MCSDConfig(v["C"]))
+    if mixer in LINEAR_FAMILIES:
+        lin = LinearConfig(
+            family=mixer, n_heads=heads, output_gate=bool(v["gate"]), conv_size=v["conv"]
+        )
+        return ArchConfig(**base, layers=LayersConfig(mixer="linear"), linear=lin)
+    attn = AttentionConfig(n_heads=1)
+    if kernel == "ffn":
+        kind = v["kind"]
+        return ArchConfig(**base, attention=attn, ffn=FFNConfig(kind=kind, d_ffn=v["mult"] * d))
+    if kernel == "moe":
+        moe = MoEConfig(
+            n_experts=v["E"],
+            top_k=min(v["topk"], v["E"]),
+            n_shared=v["S"],
+            d_expert=int(v["mult"] * d),
+        )
+        return ArchConfig(**base, attention=attn, moe=moe)
+    return ArchConfig(**base, attention=attn)  # norm, residual, embedding
+
+
+def _phase(kernel: str, v: dict[str, Any]) -> Phase:
+    if kernel.endswith(".step"):
+        return Phase("step", T=1, n0=v["ctx"], B=v["B"])
+    if kernel.endswith(".forward"):
+        return Phase("forward", T=v["T"], B=v["B"], causal="half")
+    return Phase("forward", T=v["N"], B=1)
+
+
+def shape_rows(shape: Shape) -> tuple[np.ndarray, Columns | None, Phase | None]:
+    """(features [1, f], the one-row table, the phase) of a shape; raises InvalidArch for a
+    combination the architecture rules refuse."""
+    v = shape.values()
+    if shape.kernel == "gemm":
+        return gemm_features(v["m"], v["k"], v["n"]), None, None
+    arch = _arch(shape.kernel, v).resolved()
+    c = Columns.from_archs([arch])
+    p = _phase(shape.kernel, v)
+    return features(shape.kernel, c, p), c, p
+
+
+# ---- timing -------------------------------------------------------------------------------------
+
+
+def seconds_per_call(fn: Callable[[], Any], repeats: int, min_time: float) -> float:
+    """Seconds per call: the least of `repeats` samples, each looping until `min_time` (the
+    least is the undisturbed time, as `timeit` advises; others' work only adds to a sample)."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time:
+                break
+        samples.append(elapsed / n)
+    return min(samples)
+
+
+def _modules():
+    """The wrapper modules a timing runs (built lazily: torch is imported only to measure)."""
+    from torch import nn
+
+    class Prefill(nn.Module):
+        def __init__(self, mixer):
+            super().__init__()
+            self.mixer = mixer
+
+        def forward(self, x, state):
+            return self.mixer.prefill(x, state, 0)
+
+    class Step(nn.Module):
+        def __init__(self, mixer, pos: int):
+            super().__init__()
+            self.mixer, self.pos = mixer, pos
+
+        def forward(self, x, state):
+            return self.mixer.step(x, state, self.pos)
+
+    class Add(nn.Module):
+        def forward(self, a, b):
+            return a + b
+
+    class Chain(nn.Module):
+        """`length` dependent tiny operators: the dispatch overhead per operator."""
+
+        def __init__(self, length: int):
+            super().__init__()
+            self.length = length
+
+        def forward(self, x):
+            for _ in range(self.length):
+                x = x + 1.0
+            return x
+
+    return Prefill, Step, Add, Chain
+
+
+def _target(shape: Shape):
+    """(module, inputs) that run the kernel of a shape once."""
+    import torch
+
+    from archsearch.models import build_model
+    from archsearch.models.gemm import Linear
+
+    Prefill, Step, Add, _ = _modules()
+    v = shape.values()
+    torch.manual_seed(0)
+    if shape.kernel == "gemm":
+        return Linear(v["k"], v["n"], bias=False), (torch.randn(v["m"], v["k"]),)
+    arch = _arch(shape.kernel, v)
+    model = build_model(arch).eval()
+    block, d = model.blocks[0], arch.d_model
+    if shape.kernel in ("ffn", "moe", "norm", "residual", "embedding"):
+        x = torch.randn(1, v["N"], d)
+        if shape.kernel == "embedding":
+            return model.wte, (torch.randint(0, arch.vocab_size, (1, v["N"])),)
+        if shape.kernel == "residual":
+            return Add(), (x, torch.randn_like(x))
+        return (block.norm1 if shape.kernel == "norm" else block.ffn), (x,)
+    mixer, B = block.mixer, v["B"]
+    empty = mixer.init_state(B, None, torch.float32)
+    if shape.kernel.endswith(".forward"):
+        return Prefill(mixer), (torch.randn(B, v["T"], d), empty)
+    with torch.inference_mode():
+        _, state = mixer.prefill(torch.randn(B, v["ctx"], d), empty, 0)
+    return Step(mixer, v["ctx"]), (torch.randn(B, d), state)
+
+
+def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float) -> float:
+    """Seconds of one run of the kernel at `shape` in `runtime` (median of repeats)."""
+    from archsearch.runtimes import prepare
+
+    module, inputs = _target(shape)
+    return seconds_per_call(prepare(runtime, module, inputs), repeats, min_time)
+
+
+def dispatch_seconds(runtime: str, repeats: int) -> float:
+    """Seconds per dispatched operator: a chain of 200 adds on one element, less a chain of
+    100, per extra operator (the fixed cost of calling a module cancels)."""
+    import torch
+
+    from archsearch.runtimes import prepare
+
+    *_, Chain = _modules()
+    x = torch.zeros(1)
+    t = [seconds_per_call(prepare(runtime, Chain(n), (x,)), repeats, 0.01) for n in (100, 200)]
+    return max(t[1] - t[0], 0.0) / 100
+
+
+def time_model(
+    arch: ArchConfig,
+    runtime: str,
+    prompt: int,
+    context: int,
+    repeats: int,
+    min_time: float,
+    batch: int = 1,
+) -> tuple[float, float]:
+    """(seconds to first token of a `prompt`-token prefill, seconds of one decode step after
+    `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`."""
+    import torch
+    from torch import nn
+
+    from archsearch.models import build_model
+    from archsearch.runtimes import prepare
+
+    class Prefill(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, idx):
+            return self.model.prefill(idx)
+
+    class Step(nn.Module):
+        def __init__(self, model, state):
+            super().__init__()
+            self.model, self.state = model, state
+
+        def forward(self, token):
+            return self.model.step(token, self.state)
+
+    torch.manual_seed(0)
+    model = build_model(arch).eval()
+    idx = torch.randint(0, arch.vocab_size, (batch, prompt))
+    ttft = seconds_per_call(prepare(runtime, Prefill(model), (idx,)), repeats, min_time)
+    with torch.inference_mode():
+        _, state = model.prefill(torch.randint(0, arch.vocab_size, (batch, context)))
+    token = torch.randint(0, arch.vocab_size, (batch,))
+    decode = seconds_per_call(prepare(runtime, Step(model, state), (token,)), repeats, min_time)
+    return ttft, decode

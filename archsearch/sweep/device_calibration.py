@@ -1,0 +1,180 @@
+"""Calibrating a device of a Ray cluster: `archsearch.cost.calibrate.calibrate` as a Ray task on
+the node that advertises a custom resource (a Raspberry Pi 5 joined with
+`ray start --address=HEAD:6379 --resources='{"rpi5": 1}'`), its progress relayed to the driver
+through a `ray.util.queue.Queue`, the measured profile returned with a record of the node it was
+measured on (`node_record`).
+
+The task takes `threads` CPUs and all of the resource a node advertises, so no measured-latency
+task (`latency.resource`, a sliver of it) or second calibration shares the device while it is
+timed; it is never retried (a calibration interrupted half way is not a profile). Nothing waits
+without bound: a node that advertises the resource must be in the cluster within `wait_s`, and
+one that leaves while the task waits for it ends the wait the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from archsearch.errors import UserError
+
+__all__ = ["RemoteCalibrationError", "calibrate_on_node", "node_record"]
+
+POLL_S = 0.5  # how often the driver relays progress and checks that the node is still there
+
+
+class RemoteCalibrationError(UserError):
+    """The calibration task failed on its node (one line: the node and the task's error)."""
+
+    exit_code = 1
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def node_record(runtime: str = "torch") -> dict[str, str]:
+    """The machine this process runs on, as a measured profile records it (`measured_on`):
+    hostname, CPU, platform, Python, torch, the deploy runtime and archsearch, and the Ray node
+    inside a Ray task."""
+    import torch
+
+    from archsearch.cost.calibrate import cpu_name
+
+    record = {
+        "hostname": socket.gethostname(),
+        "cpu": cpu_name(),
+        "cpus": str(os.cpu_count() or 1),
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "runtime": runtime if runtime == "torch" else f"{runtime} {_version(runtime)}",
+        "archsearch": _version("archsearch"),
+    }
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            record["ray_node"] = ray.get_runtime_context().get_node_id()
+    return record
+
+
+def _calibrate_here(settings: dict[str, Any], queue: Any) -> dict[str, Any]:
+    """The Ray task: calibrate this node, relaying progress through `queue`."""
+    from archsearch.cost.calibrate import calibrate
+
+    def progress(done: int, total: int, step: str) -> None:
+        queue.put_nowait((done, total, step))
+
+    result = calibrate(**settings, progress=progress)
+    result["node"] = node_record(settings.get("runtime", "torch"))
+    return result
+
+
+def _resource_nodes(ray: Any, resource: str) -> list[dict[str, Any]]:
+    return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
+
+
+def _cluster_resources(ray: Any) -> str:
+    names = sorted(k for k in ray.cluster_resources() if not k.startswith("node:"))
+    return ", ".join(names) or "none"
+
+
+def _wait_for_nodes(ray: Any, resource: str, wait_s: float, key: str) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        nodes = _resource_nodes(ray, resource)
+        if nodes:
+            return nodes
+        if time.monotonic() >= deadline:
+            raise UserError(
+                f"no node of the Ray cluster advertises the resource {resource!r} (waited "
+                f"{wait_s:g} s; the cluster has: {_cluster_resources(ray)})",
+                key=key,
+            )
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _one_line(err: BaseException) -> str:
+    cause = getattr(err, "cause", None) or err
+    lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+def calibrate_on_node(
+    resource: str,
+    settings: dict[str, Any],
+    *,
+    wait_s: float = 10.0,
+    progress: Callable[[int, int, str], None] | None = None,
+    key: str = "device_resource",
+) -> dict[str, Any]:
+    """Run `calibrate(**settings)` as a Ray task on a node that advertises `resource` (Ray must
+    be initialised, e.g. by `archsearch.sweep.ray_runtime.ray_session`); returns calibrate's
+    result with `node` (`node_record` of the node it ran on) added. Raises a `UserError` naming
+    `key` when no node advertises the resource within `wait_s` seconds or none has the CPUs for
+    `settings["threads"]`, and `RemoteCalibrationError` when the task fails."""
+    import ray
+    from ray.util.queue import Queue
+
+    threads = int(settings.get("threads", 1))
+    nodes = _wait_for_nodes(ray, resource, wait_s, key)
+    fitting = [n for n in nodes if n["Resources"].get("CPU", 0) >= threads]
+    if not fitting:
+        most = max(n["Resources"].get("CPU", 0) for n in nodes)
+        raise UserError(
+            f"the nodes that advertise the resource {resource!r} have at most {most:g} CPUs; "
+            f"threads={threads} needs {threads} (join the device with more `--num-cpus`, or "
+            "calibrate with fewer threads)",
+            key=key,
+        )
+    amount = min(n["Resources"][resource] for n in fitting)
+    queue = Queue(actor_options={"num_cpus": 0})
+    task = ray.remote(_calibrate_here).options(
+        num_cpus=threads, resources={resource: amount}, max_retries=0
+    )
+    ref = task.remote(settings, queue)
+
+    def relay() -> None:
+        while not queue.empty():
+            item = queue.get_nowait()
+            if progress is not None:
+                progress(*item)
+
+    gone_since = None
+    try:
+        while not ray.wait([ref], timeout=POLL_S)[0]:
+            relay()
+            if _resource_nodes(ray, resource):
+                gone_since = None
+                continue
+            gone_since = gone_since or time.monotonic()
+            if time.monotonic() - gone_since > wait_s:
+                ray.cancel(ref, force=True)
+                raise RemoteCalibrationError(
+                    f"the node that advertised the resource {resource!r} left the cluster "
+                    f"before the calibration finished (the cluster has: "
+                    f"{_cluster_resources(ray)})",
+                    key=key,
+                )
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayError as err:
+            raise RemoteCalibrationError(
+                f"the calibration on the node with {resource!r} failed: {_one_line(err)}",
+                key=key,
+            ) from None
+        relay()
+    finally:
+        ray.kill(queue.actor)
+    return result

@@ -1,0 +1,235 @@
+"""The learned kernel-level latency predictor: the numpy trees equal scikit-learn's, a fit
+recovers a known function, the profile's `kernels` section round-trips through YAML and is
+checked with one-line errors, and `archsearch calibrate quick=true` writes a profile whose
+kernel predictions the cost model uses."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.ensemble import GradientBoostingRegressor
+
+from archsearch import yamlio
+from archsearch.arch import ArchConfig, AttentionConfig, LayersConfig, LinearConfig, MoEConfig
+from archsearch.cli import main
+from archsearch.cost import columns, model
+from archsearch.cost.devices import load_device
+from archsearch.cost.kernel_fit import fit_kernel
+from archsearch.cost.kernel_latency import gemm_seconds, kernel_seconds
+from archsearch.cost.kernels import KERNELS, PHASES, Kernels, parse_kernels
+from archsearch.cost.ops import Columns, Phase
+from archsearch.cost.trees import fit, from_sklearn
+
+RNG = np.random.default_rng(0)
+TRAIN_X = RNG.uniform(0, 10, (60, 3))
+TRAIN_Y = np.sin(TRAIN_X[:, 0]) + 0.3 * TRAIN_X[:, 1] * (TRAIN_X[:, 2] > 5)
+SKLEARN = GradientBoostingRegressor(
+    n_estimators=30, max_depth=3, learning_rate=0.2, min_samples_leaf=2, random_state=0
+).fit(TRAIN_X, TRAIN_Y)
+ENSEMBLE = from_sklearn(SKLEARN, ("a", "b", "c"))
+THRESHOLDS = sorted({float(t) for t in ENSEMBLE.threshold.ravel() if t != 0})
+ATTN = ArchConfig(
+    vocab_size=1000, d_model=256, n_layers=3, attention=AttentionConfig(n_heads=4, n_kv_heads=2)
+)
+
+
+def value():
+    """Any finite input, and the trees' own thresholds (where float32 rounding decides)."""
+    return st.one_of(st.floats(-1e6, 1e6, allow_nan=False, width=64), st.sampled_from(THRESHOLDS))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(value(), value(), value()), min_size=1, max_size=40))
+def test_numpy_trees_equal_sklearn(rows):
+    X = np.array(rows, dtype=np.float64)
+    np.testing.assert_allclose(ENSEMBLE.predict(X), SKLEARN.predict(X), rtol=1e-12, atol=1e-12)
+
+
+def synthetic_kernels() -> Kernels:
+    """A small fitted predictor (no timing): gemm and gqa.step from synthetic data."""
+    rng = np.random.default_rng(1)
+    predictors = {}
+    for name in ("gemm", "gqa.step"):
+        X = rng.uniform(0, 10, (30, len(KERNELS[name])))
+        predictors[name] = fit(X, 0.5 * np.tanh(X[:, 0] - 5), KERNELS[name], trees=10)
+    return Kernels(
+        runtime="torch",
+        torch="2.13.0+cpu",
+        threads=1,
+        date="2025-01-01",
+        cpu="test cpu",
+        dispatch_s=3e-6,
+        glue={"forward": (1.1, 1e-4, 2e-5, 0.0), "step": (1.2, 5e-5, 1e-5, 2e-11)},
+        predictors=predictors,
+        samples={"gemm": 30, "gqa.step": 30},
+        fresh_error={"gemm": 0.05, "gqa.step": 0.07},
+    )
+
+
+def test_kernels_round_trip_through_yaml():
+    kernels = synthetic_kernels()
+    text = yamlio.dumps({"kernels": kernels.to_dict()})
+    back = parse_kernels(yamlio.loads(text)["kernels"], source="mem")
+    assert back.to_dict() == kernels.to_dict()
+    X = RNG.uniform(0, 10, (50, len(KERNELS["gqa.step"])))
+    got, want = back.correction("gqa.step", X), kernels.correction("gqa.step", X)
+    np.testing.assert_allclose(got, want, rtol=1e-5)  # leaf values keep 6 significant digits
+
+
+def test_a_fit_recovers_a_known_function():
+    """Timings made by a known factor over the analytic GEMM time (slow below 16 rows, fast
+    for wide outputs) are recovered on shapes the fit never saw."""
+    device = dataclasses.replace(load_device("nvidia_a10"), kernels=synthetic_kernels())
+    device = dataclasses.replace(device, kernels=dataclasses.replace(device.kernels, predictors={}))
+
+    def factor(v) -> float:
+        return (3.0 if v["m"] < 16 else 1.2) * (0.6 if v["n"] >= 2048 else 1.0)
+
+    def measure(shape) -> float:
+        v = shape.values()
+        return factor(v) * float(gemm_seconds(device, device.kernels, v["m"], v["k"], v["n"])[0])
+
+    ens, n, fresh = fit_kernel("gemm", measure, device, 48, random.Random(0))
+    assert n >= 40 and fresh < 0.5
+    m = np.array([1, 4, 8, 32, 128, 512, 2, 64])
+    nn = np.array([64, 4096, 256, 16384, 128, 8192, 1024, 512])
+    k = np.full(len(m), 384)
+    fitted = dataclasses.replace(device.kernels, predictors={"gemm": ens})
+    got = gemm_seconds(device, fitted, m, k, nn) / gemm_seconds(device, device.kernels, m, k, nn)
+    want = [factor({"m": a, "n": b}) for a, b in zip(m, nn)]
+    np.testing.assert_allclose(got, want, rtol=0.1)
+
+
+def first_tree(model: dict, key: str, line: str) -> None:
+    """Replace the first tree's nodes of a stored array."""
+    model[key] = "; ".join([line, *model[key].split("; ")[1:]])
+
+
+def write_profile(tmp_path: Path, kernels: dict) -> Path:
+    raw = yamlio.load(load_device("nvidia_a10").path)
+    raw["kernels"] = kernels
+    path = tmp_path / "dev.yaml"
+    path.write_text(yamlio.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "fragment"),
+    [
+        (lambda k: k.update(threads=0), "kernels.threads", "0"),
+        (lambda k: k.pop("glue"), "kernels.glue", "missing"),
+        (lambda k: k["predictors"].update(toaster={}), "kernels.predictors.toaster", "unknown"),
+        (
+            lambda k: k["predictors"]["gemm"]["model"].update(depth="two"),
+            "kernels.predictors.gemm.model.depth",
+            "'two'",
+        ),
+        (
+            lambda k: first_tree(k["predictors"]["gemm"]["model"], "feature", "7" + " -1" * 6),
+            "kernels.predictors.gemm.model.feature",
+            "feature indices in -1..2",
+        ),
+        (
+            lambda k: k["predictors"]["gemm"]["model"].update(threshold="0 x 1"),
+            "kernels.predictors.gemm.model.threshold",
+            "each 7 numbers",
+        ),
+        (
+            lambda k: k["predictors"]["gemm"]["model"].update(features=["m", "k", "n"]),
+            "kernels.predictors.gemm.model.features",
+            "['m', 'k', 'n']",
+        ),
+    ],
+)
+def test_a_malformed_kernels_section_is_one_line_and_exit_2(
+    tmp_path, capsys, monkeypatch, edit, key, fragment
+):
+    kernels = synthetic_kernels().to_dict()
+    edit(kernels)
+    path = write_profile(tmp_path, kernels)
+    monkeypatch.chdir(tmp_path)
+    assert main(["cost", "arch=plm_1_8b", f"device={path}", "format=json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err
+    assert str(path) in captured.err and key in captured.err and fragment in captured.err
+
+
+def test_kernel_prices_are_the_sum_of_kernels_and_differ_from_the_roofline(tmp_path):
+    path = write_profile(tmp_path, synthetic_kernels().to_dict())
+    dev = load_device(str(path))
+    roofline = dataclasses.replace(dev, kernels=None)
+    c = columns(ATTN)
+    for phase in (Phase("forward", T=64, causal="half"), Phase("step", T=1, n0=100)):
+        parts = kernel_seconds(c, phase, dev, lm_head_tokens=1.0)
+        assert {op.name for op, _ in parts} >= {
+            "gqa." + phase.kind,
+            "ffn",
+            "lm_head",
+            "glue",
+            "weights",
+        }
+        total = sum(t for _, t in parts)
+        got = model.phase_seconds(c, phase, dev, "fp32", lm_head_tokens=1.0)
+        np.testing.assert_allclose(got, total, rtol=1e-12)
+        assert got[0] != pytest.approx(model.phase_seconds(c, phase, roofline, "fp32")[0])
+    # other precisions keep the roofline
+    assert model.decode_s(c, dev, 100, "q4")[0] == model.decode_s(c, roofline, 100, "q4")[0]
+    assert set(PHASES) == set(dev.kernels.glue)
+
+
+TABLE_ARCHS = [
+    ATTN,
+    ArchConfig(vocab_size=512, d_model=128, n_layers=2, attention=AttentionConfig(kind="mla")),
+    ArchConfig(
+        vocab_size=512,
+        d_model=192,
+        n_layers=3,
+        layers=LayersConfig(mixer="linear"),
+        linear=LinearConfig(family="gla"),
+    ),
+    ArchConfig(
+        vocab_size=700,
+        d_model=256,
+        n_layers=2,
+        attention=AttentionConfig(n_heads=4, n_kv_heads=1),
+        moe=MoEConfig(n_experts=4, top_k=2, d_expert=128),
+    ),
+]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, len(TABLE_ARCHS) - 1), min_size=1, max_size=12))
+def test_a_table_prices_each_row_as_alone(tmp_path_factory, picks):
+    """Mixed families, repeated rows: the table's kernel prices equal each row's own."""
+    dev = load_device(
+        str(write_profile(tmp_path_factory.mktemp("p"), synthetic_kernels().to_dict()))
+    )
+    archs = [TABLE_ARCHS[i] for i in picks]
+    table = Columns.from_archs(archs)
+    for phase in (Phase("forward", T=48, B=2, causal="half"), Phase("step", T=1, n0=300)):
+        got = model.phase_seconds(table, phase, dev, "fp32")
+        alone = [model.phase_seconds(columns(a), phase, dev, "fp32")[0] for a in archs]
+        np.testing.assert_allclose(got, alone, rtol=1e-12)
+
+
+def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, capsys):
+    out = tmp_path / "local.yaml"
+    args = ["calibrate", "threads=1", "repeats=1", "quick=true", f"output={out}", "format=json"]
+    assert main(args) == 0
+    capsys.readouterr()
+    dev = load_device(str(out))
+    assert dev.kernels is not None and dev.kernels.runtime == "torch"
+    assert {"gemm", "gqa.forward", "gqa.step"} <= set(dev.kernels.predictors)
+    assert dev.provenance.kind == "measured"
+    assert set(dev.validation) == {"ttft", "decode"} and dev.validation["ttft"].n >= 1
+    roofline = dataclasses.replace(dev, kernels=None)
+    c = columns(ATTN)
+    ttft = model.ttft_s(c, dev, 128, "fp32")[0]
+    assert ttft > 0 and ttft != pytest.approx(model.ttft_s(c, roofline, 128, "fp32")[0])
+    assert model.decode_s(c, dev, 128, "fp32")[0] != model.decode_s(c, roofline, 128, "fp32")[0]

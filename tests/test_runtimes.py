@@ -1,0 +1,180 @@
+"""Deploy runtimes (`archsearch.runtimes`): a candidate's prefill and decode step exported through
+torch.export to ONNX Runtime, with the decode state carried through the runtime; the runtime's
+logits equal PyTorch's; a candidate that does not export gets a one-line reason; `archsearch
+profile runtime=onnxruntime` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archsearch.arch import ArchConfig
+from archsearch.cli import main
+from archsearch.models import build_model
+from archsearch.runtimes import LOGIT_TOLERANCE, ExportError, deploy, logit_error, prepare
+
+BASE = {
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_layers": 3,
+    "max_seq_len": 64,
+    "tie_embeddings": True,
+    "attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1},
+    "linear": {"family": "gla", "n_heads": 2},
+    "mcsd": {"n_channels": 4},
+    "ffn": {"kind": "swiglu", "d_ffn": 64},
+}
+# one export covers several families: GQA (a growing KV cache, RoPE at the symbolic position),
+# GLA (a recurrent state, per-channel decay), MCSD (position-dependent normalisation); then MLA
+# (latent cache) with Mamba2 (conv state and SSM state)
+HYBRID = {**BASE, "name": "gqa_gla_mcsd", "layers": {"pattern": "NLM"}}
+MLA_MAMBA = {
+    **BASE,
+    "name": "mla_mamba2",
+    "n_layers": 2,
+    "layers": {"pattern": "NL"},
+    "attention": {"kind": "mla", "n_heads": 2, "kv_rank": 16, "head_dim": 8, "rope_dim": 4},
+    "linear": {"family": "mamba2", "n_heads": 2},
+}
+MOE = {**BASE, "name": "tiny_moe", "n_layers": 1, "moe": {"n_experts": 4, "top_k": 2}}
+PROMPT, MAX_CONTEXT = 6, 24
+
+
+def model_of(spec: dict):
+    torch.manual_seed(0)
+    return build_model(ArchConfig.from_dict(spec)).eval()
+
+
+@pytest.fixture(scope="module", params=[HYBRID, MLA_MAMBA], ids=lambda s: s["name"])
+def exported(request):
+    model = model_of(request.param)
+    return model, deploy(model, "onnxruntime", prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batch=st.integers(1, 3), steps=st.integers(1, MAX_CONTEXT - PROMPT), seed=st.integers(0, 99))
+def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, batch, steps, seed):
+    model, run = exported
+    idx = torch.randint(0, 64, (batch, PROMPT), generator=torch.Generator().manual_seed(seed))
+    diff, scale = logit_error(model, run, idx, steps)
+    assert scale > 0.1  # real logits, not zeros
+    assert diff <= LOGIT_TOLERANCE * scale, (diff, scale)
+
+
+def test_the_state_lives_in_the_runtime_and_grows_with_the_context(exported):
+    model, run = exported
+    idx = torch.randint(0, 64, (2, PROMPT), generator=torch.Generator().manual_seed(1))
+    logits, state = run.prefill(idx)
+    assert logits.shape == (2, PROMPT, 64)
+    with torch.inference_mode():
+        _, ref_state = model.prefill(idx)
+    token = logits[:, -1].argmax(-1)
+    for _ in range(3):
+        _, state = run.step(token, state)
+        with torch.inference_mode():
+            _, ref_state = model.step(token, ref_state)
+    assert state.pos == ref_state.pos == PROMPT + 3
+    for got, ref in zip(state.layers, ref_state.layers):
+        assert got.keys() == ref.keys()
+        for k in ref:  # same shapes (a KV cache of PROMPT + 3 positions) and values
+            assert got[k].shape == ref[k].shape
+            torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
+    # a wrong state changes the runtime's answer: the step really reads its state inputs
+    wrong = type(state)([{k: v + 1 for k, v in layer.items()} for layer in state.layers], state.pos)
+    assert not torch.allclose(run.step(token, wrong)[0], run.step(token, state)[0])
+
+
+def test_a_candidate_that_does_not_export_gets_a_one_line_reason():
+    model = model_of(MOE)
+    with pytest.raises(ExportError) as err:
+        deploy(model, "onnxruntime", prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
+    reason = str(err.value)
+    assert "\n" not in reason and len(reason) <= 240
+    assert reason.startswith("torch.export of the prefill failed at archsearch/models/moe.py:")
+
+
+class Step(torch.nn.Module):
+    def __init__(self, mixer):
+        super().__init__()
+        self.mixer = mixer
+
+    def forward(self, x, state, pos):
+        return self.mixer.step(x, state, pos)
+
+
+def test_prepare_runs_a_kernel_in_each_runtime():
+    torch.manual_seed(0)
+    layer, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
+    with torch.no_grad():
+        expected = layer(x)
+    torch.testing.assert_close(prepare("torch", layer, (x,))(), expected)
+    (got,) = prepare("onnxruntime", layer, (x,), threads=1)()
+    torch.testing.assert_close(torch.from_numpy(got), expected, rtol=1e-5, atol=1e-6)
+    # tensors inside a dict (a mixer's state) are graph inputs too; an int is fixed into the graph
+    mixer = model_of(HYBRID).blocks[1].mixer  # GLA
+    x, state = torch.randn(2, 32), mixer.init_state(2, None, torch.float32)
+    with torch.inference_mode():
+        y, _ = mixer.step(x, state, 5)
+    got = prepare("onnxruntime", Step(mixer), (x, state, 5), threads=1)()
+    torch.testing.assert_close(torch.from_numpy(got[0]), y, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown runtime 'tflite'"):
+        prepare("tflite", layer, (x,))
+
+
+def test_profile_in_onnxruntime_end_to_end(tmp_path, capsys):
+    paths = []
+    for spec in (
+        {**BASE, "name": "tiny_gqa_ort", "n_layers": 1, "layers": {"mixer": "attention"}},
+        MOE,
+    ):
+        paths.append(tmp_path / f"{spec['name']}.yaml")
+        paths[-1].write_text(yaml.safe_dump(spec))
+    out = tmp_path / "profile"
+    code = main(
+        [
+            "profile",
+            f"arch={paths[0]},{paths[1]}",
+            "runtime=onnxruntime",
+            "prompt=4",
+            "lengths=[2,4]",
+            "batches=[1,2]",
+            "repeats=1",
+            f"out={out}",
+            "format=json",
+        ]
+    )
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Traceback" not in err + stdout
+    gqa, moe = json.loads(stdout)["summary"]
+    assert gqa["step_ms"] > 0 and gqa["max_abs_logit_diff"] < 1e-3
+    assert moe["not_measured"].startswith(
+        "does not run in onnxruntime: torch.export of the prefill"
+    )
+    measured = json.loads((out / "profile.json").read_text())["results"][0]["measured"]
+    assert measured["runtime"] == "onnxruntime"
+    assert measured["logit_check"]["steps"] == 4
+    assert measured["batches"]["2"]["points"][-1]["state_bytes"] > 0
+
+
+@pytest.mark.parametrize(("command", "key"), [("profile", "out"), ("calibrate", "output")])
+def test_an_unknown_runtime_is_one_line_and_exit_2(command, key, tmp_path, capsys):
+    code = main([command, "runtime=tflite", f"{key}={tmp_path / 'x'}"])
+    _out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1, err
+    assert "runtime: unknown runtime 'tflite' (known: torch, onnxruntime)" in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_command_line_offers_every_runtime():
+    from archsearch.cli.schemas import Runtime
+    from archsearch.runtimes import RUNTIMES
+
+    assert tuple(r.value for r in Runtime) == RUNTIMES
