@@ -95,6 +95,9 @@ def test_ctrl_c_says_what_was_interrupted_and_exits_130(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as in a terminal: a runner started in the background (`cmd &` in a script) passes
+        # SIGINT on ignored, and a program that inherits it ignored never sees Ctrl-C
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 180
     while time.time() < deadline and " started: " not in (tmp_path / "log").read_text():

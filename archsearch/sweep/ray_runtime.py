@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,25 +64,6 @@ def contain_ray(verbose: bool, address: str | None = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-@contextlib.contextmanager
-def _daemons_ignore_ctrl_c() -> Iterator[None]:
-    """Start Ray's processes with SIGINT ignored (children inherit it): Ctrl-C in a terminal
-    reaches the whole foreground process group, and a raylet it killed first could end the
-    driver before the driver had said what it interrupted. The driver alone handles Ctrl-C
-    (it marks the trials in flight and shuts Ray down); only the main thread may set it."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def ray_temp_dir() -> str:
@@ -231,8 +211,7 @@ def ray_session(
                 record = _write_record(run_dir, Driver.this(), temp_dir)
             if num_gpus is not None:  # declared GPUs (Ray detects real ones by itself)
                 kwargs["num_gpus"] = num_gpus
-            with _daemons_ignore_ctrl_c():
-                ray.init(num_cpus=num_cpus or os.cpu_count(), _temp_dir=temp_dir, **kwargs)
+            ray.init(num_cpus=num_cpus or os.cpu_count(), _temp_dir=temp_dir, **kwargs)
             _check_loopback(ray)
     except ConnectionError as err:
         raise UserError(
