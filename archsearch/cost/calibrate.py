@@ -35,12 +35,12 @@ import datetime
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from archsearch import yamlio
+from archsearch.cost.kernel_timing import seconds_per_call
 
 MATMUL_ROWS = (1, 4, 16, 64, 256, 1024)
 MATMUL_WEIGHTS = (
@@ -56,18 +56,7 @@ MATMUL_WEIGHTS = (
 
 def _median_time(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) -> float:
     """Median seconds per call; each sample loops until `min_time` has passed."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        n, t0 = 0, time.perf_counter()
-        while True:
-            fn()
-            n += 1
-            elapsed = time.perf_counter() - t0
-            if elapsed >= min_time:
-                break
-        samples.append(elapsed / n)
-    return statistics.median(samples)
+    return seconds_per_call(fn, repeats, min_time, reduce=statistics.median)
 
 
 def measure_matmuls(

@@ -195,9 +195,15 @@ def shape_rows(shape: Shape) -> tuple[np.ndarray, Columns | None, Phase | None]:
 # ---- timing -------------------------------------------------------------------------------------
 
 
-def seconds_per_call(fn: Callable[[], Any], repeats: int, min_time: float) -> float:
-    """Seconds per call: the least of `repeats` samples, each looping until `min_time` (the
-    least is the undisturbed time, as `timeit` advises; others' work only adds to a sample)."""
+def seconds_per_call(
+    fn: Callable[[], Any],
+    repeats: int,
+    min_time: float,
+    reduce: Callable[[list[float]], float] = min,
+) -> float:
+    """Seconds per call: `reduce` of `repeats` samples, each looping until `min_time` (by
+    default the least, the undisturbed time, as `timeit` advises; others' work only adds to a
+    sample)."""
     fn()
     samples = []
     for _ in range(repeats):
@@ -209,7 +215,7 @@ def seconds_per_call(fn: Callable[[], Any], repeats: int, min_time: float) -> fl
             if elapsed >= min_time:
                 break
         samples.append(elapsed / n)
-    return min(samples)
+    return reduce(samples)
 
 
 def _modules():
