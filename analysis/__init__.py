@@ -5,6 +5,8 @@ line's (`archsearch.cli`); nothing here imports it.
 Modules, lowest first (each imports only those above it):
 - `hypervolume`: the exact 2-D/3-D hypervolume;
 - `front`: fronts, hypervolume and axes over the stored trials (any device, any objectives);
+- `noise`: seed noise from replicates (pooled seed std) and noise-aware dominance (ties);
+- `proxies`: rank correlations of the sandbox loss with the study's cheap signals;
 - `pareto`: `analyse(...) -> Pareto`, one front with everything the table, plots and reports show;
 - `front_table`: the front as text (columns, cells, facts, export commands), shared by the
   report files, the dashboard and the console table;

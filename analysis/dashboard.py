@@ -27,6 +27,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from archsearch.analysis import confirm
 from archsearch.analysis.front_table import (
     SHOWN_ROWS,
     export_command,
@@ -103,6 +104,8 @@ def front_payload(
         ),
         "axes": [a.label for a in p.axes],
         "device": device,
+        "confirmation": confirm.panel(data),  # `archsearch confirm`'s figures, if any
+        "noise": p.noise.describe(),  # the seed-noise line under the caption
     }
     return '{"figure": ' + front_figure(p).to_json() + ', "info": ' + json.dumps(rest) + "}"
 
@@ -139,8 +142,10 @@ z <input id="z" name="z" placeholder="optional third axis">
 cache_bytes@bits:8, active_params, probe_acc@recall</small>
 </form>
 <p id="status">loading...</p>
+<p id="noise"></p>
 <div id="front"></div>
 <table id="table"></table>
+<div id="confirm"></div>
 <script>
 const el = (id) => document.getElementById(id);
 async function draw() {{
@@ -151,10 +156,12 @@ async function draw() {{
   const body = await res.json();
   if (!res.ok) {{
     el("status").textContent = body.error; el("status").className = "error";
+    el("noise").textContent = "";
     Plotly.purge("front"); el("table").innerHTML = ""; el("front").dataset.ready = "error";
     return;
   }}
   el("status").textContent = body.info.caption; el("status").className = "";
+  el("noise").textContent = body.info.noise;
   await Plotly.react("front", body.figure.data, body.figure.layout, {{responsive: true}});
   const head = "<tr>" + body.info.columns.map((c) => "<th>" + esc(c) + "</th>").join("") + "</tr>";
   const rows = body.info.rows.map((r) => "<tr>" + r.map((c, i) =>
@@ -163,6 +170,11 @@ async function draw() {{
   el("table").innerHTML = head + rows.join("");
   el("front").dataset.ready = "1";
   el("front").dataset.frontTrials = body.info.front_trials.join(",");
+  el("confirm").innerHTML = body.info.confirmation.map((c) => "<h3>" + esc(c.title) + "</h3><ul>"
+    + c.facts.map((f) => "<li><b>" + esc(f[0]) + "</b>: " + esc(f[1]) + "</li>").join("")
+    + "</ul><table><tr>" + c.columns.map((h) => "<th>" + esc(h) + "</th>").join("") + "</tr>"
+    + c.rows.map((r) => "<tr>" + r.map((x) => "<td>" + esc(x) + "</td>").join("") + "</tr>")
+      .join("") + "</table>").join("");
 }}
 function esc(s) {{
   return String(s).replace(/[&<>"]/g, (c) => ({{"&": "&amp;", "<": "&lt;", ">": "&gt;",

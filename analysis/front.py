@@ -80,7 +80,44 @@ def _training_value(
     if name == "val_ppl":
         loss = value_of(record, "val_loss", objectives)
         return math.exp(loss) if loss is not None else None
+    if name == "val_loss" and args.get("tokens"):  # predicted: stored, or `predict_axes`
+        label = MetricSpec.parse(f"val_loss[tokens={args['tokens']}]").label
+        got = (record.attrs.get("predicted") or {}).get(label)
+        return float(got["value"]) if isinstance(got, dict) else None
     return None
+
+
+def predict_axes(records: list[TrialRecord], labels: list[str], train: dict) -> None:
+    """Fill in `attrs["predicted"]` for the trained trials that lack a predicted loss asked for
+    as an axis (`val_loss[tokens=100M]` on a study that did not optimise it), from their
+    stored curves and the study's training settings. A curve that cannot be fitted leaves
+    the trial without a value on that axis."""
+    wanted = []
+    for label in labels:
+        try:
+            spec = MetricSpec.parse(label)
+        except ValueError:
+            continue
+        if spec.predicted_at is not None:
+            wanted.append(spec)
+    if not wanted or not train:
+        return
+    from archsearch.trainers.extrapolate import predict_loss
+
+    for r in records:
+        if not r.fully_trained:
+            continue
+        stored = dict(r.attrs.get("predicted") or {})
+        missing = [s for s in wanted if s.label not in stored]
+        curve = r.attrs.get("curve") if missing else None
+        for spec in missing if isinstance(curve, dict) else []:
+            try:
+                got = predict_loss(curve, train, spec.predicted_at)
+            except ValueError:
+                continue
+            stored[spec.label] = {"value": got.value, "std": got.std, "law": got.law}
+        if missing:
+            r.attrs["predicted"] = stored
 
 
 _COST_CACHE: dict[tuple[str, str], float] = {}
@@ -176,17 +213,19 @@ def hypervolume_history(
     objectives: list[str],
     reference: np.ndarray,
     max_points: int = 200,
+    values: np.ndarray | None = None,
 ) -> list[tuple[int, float]]:
     """Hypervolume of the fully trained feasible trials after each trial number; for a long
     study after at most `max_points` trials evenly spread over it (the last one included).
     The front so far is updated as trials arrive, not recomputed for each
-    (`archsearch.analysis.hypervolume.prefix_hypervolumes`)."""
+    (`archsearch.analysis.hypervolume.prefix_hypervolumes`). `values`: the candidates' values
+    when not their stored ones (means over seeds), in `candidates` order."""
     cands = candidates(records)  # in trial-number order
     n = len(cands)
     if n == 0:
         return []
     signs = np.array([a.sign for a in axes])
-    values = points(cands, axes, objectives) * signs
+    values = (points(cands, axes, objectives) if values is None else values) * signs
     at = sorted(set(np.linspace(0, n - 1, min(n, max_points)).round().astype(int).tolist()))
     hvs = prefix_hypervolumes(values, reference * signs, at)
     return [(cands[k].number, hv) for k, hv in zip(at, hvs)]

@@ -1,12 +1,14 @@
 """The front as text, shared by the report files, the dashboard page and the console table:
-the columns and their cells, the facts stated with the front, and the command that exports a
-trial."""
+the columns and their cells, the facts stated with the front, the seed noise and the cheap
+signals in words, and the command that exports a trial."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from archsearch.analysis.front import display_scale
+from archsearch.analysis.noise import ALPHA
 from archsearch.analysis.pareto import Pareto
 from archsearch.metrics import MetricSpec, parse_label
 from archsearch.study import redact
@@ -22,6 +24,8 @@ __all__ = [
     "front_columns",
     "front_facts",
     "latency_note",
+    "proxy_table",
+    "seed_noise_lines",
     "shown_note",
 ]
 
@@ -31,6 +35,7 @@ LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")  # predicted latencies: shown wit
 # rows by the first axis (front.json and `archsearch export` have every one)
 SHOWN_ROWS = 200
 SHOWN_CONFIGS = 50  # full configurations in the report
+PLAIN = ": each point is one seed, the front uses plain dominance"  # without replicates
 
 
 def shown_note(p: Pareto, shown: int) -> str | None:
@@ -53,10 +58,24 @@ def front_columns(p: Pareto) -> list[tuple[str, str]]:
         ("family", "family"),
         ("attention_share", "attn share"),
         *[(a.label, a.label) for a in p.axes],
+        *seed_columns(p),
         ("params", "params"),
         ("active_params", "active"),
         (p.kv_label, f"KV/state @{kv.get('context', '?')} ({kv.get('bits', 16)}-bit)"),
     ]
+
+
+def seed_columns(p: Pareto) -> list[tuple[str, str]]:
+    """With measured seed noise: per noisy axis the standard error of each point's mean and
+    its seeds, and the points each one is tied with (`Pareto.seed_cells`); else none."""
+    if not p.noise.measured:
+        return []
+    cols = []
+    for a in p.axes:
+        if p.noise.noisy(a.label) is not None:
+            name = parse_label(a.label)[0]
+            cols += [(f"{a.label}:std_error", f"{name} +- s.e."), (f"{a.label}:seeds", "seeds")]
+    return [*cols, ("tied_with", "tied with")]
 
 
 def axis_error(label: str) -> float | None:
@@ -88,9 +107,17 @@ def latency_note(p: Pareto) -> str | None:
 
 
 def format_cell(label: str, v: Any) -> str:
-    """One cell of the column `label`: counts and bytes in human units, '-' when unknown."""
+    """One cell of the column `label`: counts and bytes in human units, '-' when unknown;
+    a standard error as '+-0.012', the points a point is tied with as '#3, #7'."""
+    if label == "tied_with":
+        shown = ", ".join(f"#{n}" for n in (v or [])[:3])
+        return (shown + (f" +{len(v) - 3} more" if len(v) > 3 else "")) if v else "-"
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
+    if label.endswith(":std_error"):
+        return f"+-{v:.2g}"
+    if label.endswith(":seeds"):
+        return str(int(v))
     name = parse_label(label)[0]
     if name in ("params", "active_params", "non_embedding_params"):
         return human(v)
@@ -130,6 +157,7 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
         ("reference point", f"({', '.join(f'{x:.6g}' for x in p.reference)}): {ref_how}"),
         ("hypervolume", f"{p.hypervolume:.6g} (in the axes' stored units: bytes, ms, nats...)"),
         ("latency error", latency_note(p) or "no latency axis"),
+        ("seed noise", p.noise.describe() + ("" if p.noise.replicates else PLAIN)),
         ("training recipe", training_recipe(meta.get("train") or {})),
         (
             "cost conventions",
@@ -155,3 +183,60 @@ def training_recipe(train: dict) -> str:
         f"({c['schedule']} schedule, warmup {c['warmup']:g}); seed {c['seed']}; "
         "val_loss in nats/token"
     )
+
+
+def seed_noise_lines(p: Pareto) -> list[str]:
+    """The seed noise in words (the report's "Seed noise" section): the pooled std per
+    training axis, its degrees of freedom and architectures, the test and its thresholds, what
+    an error bar is, and the ties; one line when it was not measured."""
+    if not p.noise.measured:
+        return [p.noise.describe() + ("" if p.noise.replicates else PLAIN)]
+    lines = []
+    for a in p.axes:
+        pooled = p.noise.noisy(a.label)
+        if pooled is None:
+            continue
+        unit = f" {display_scale(a.label)[1]}".rstrip()
+        lines.append(
+            f"{a.label}: pooled seed std {pooled.std:.3g}{unit} with {pooled.dof} degrees of "
+            f"freedom from {pooled.architectures} replicated architectures; t_0.95 = "
+            f"{pooled.t:.3g}: a difference of means must exceed {pooled.threshold(1, 1):.3g}"
+            f"{unit} between two single-seed points, {pooled.threshold(3, 3):.3g}{unit} "
+            "between two 3-seed points"
+        )
+    lines += [
+        f"{p.noise.replicates} replicate trials of {p.noise.replicated_architectures()} "
+        "architectures (the trained trial itself is the first seed).",
+        f"Test: a one-sided two-sample Student t test with pooled variance at {ALPHA:.0%}. A "
+        "point dominates another when it is at least as good on every axis by its mean and "
+        "better on one, and on each training axis where its mean is better the difference "
+        "exceeds t_0.95,dof x sigma x sqrt(1/n_A + 1/n_B); cost axes are exact. Dominating by "
+        "means but within the noise is a tie: the dominated point stays on the front.",
+        "Seed noise is taken to be the same for every architecture of the study (a few seeds "
+        "give one architecture's spread too poorly), so a point trained once carries +-sigma.",
+        "Error bars and +- columns: +-1 standard error of the mean, sigma / sqrt(n) over the "
+        "point's n seeds.",
+    ]
+    ties = {n: by for n, by in p.ties.items() if by}
+    if ties:
+        listed = "; ".join(
+            f"#{n} tied with {format_cell('tied_with', by)}" for n, by in sorted(ties.items())
+        )
+        points = "1 front point is" if len(ties) == 1 else f"{len(ties)} front points are"
+        lines.append(f"{points} tied within the noise: {listed}.")
+    else:
+        lines.append("No ties: every point dominated by means is dominated beyond the noise.")
+    return lines
+
+
+def proxy_table(p: Pareto) -> tuple[list[str], list[list[str]], list[str]]:
+    """The cheap signals against the sandbox training objectives (`Pareto.proxies`): (column
+    titles, rows, findings in words)."""
+    px = p.proxies
+
+    def num(v: float) -> str:
+        return f"{v:+.2f}" if math.isfinite(v) else "-"
+
+    rows = [[c.objective, c.signal, str(c.n), num(c.spearman), num(c.kendall)] for c in px.rows]
+    titles = ["training objective", "cheap signal", "trials", "Spearman rho", "Kendall tau"]
+    return titles, rows, px.lines()

@@ -1,11 +1,17 @@
 """A study's Pareto front on one device and one set of axes, with everything the table, the plots
 and the reports show: every trial placed where its numbers allow, the front, the hypervolume
 against a stated reference point and its history over the trials.
+
+With replicates in the study (`archsearch.analysis.noise`) a trained trial's training axes are
+the means over its seeds, and the front is the noise-aware one: the points no other point
+dominates beyond the seed noise; a point dominated by means but not significantly stays on it,
+tied with the points that dominate it (`Pareto.ties`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -17,11 +23,14 @@ from archsearch.analysis.front import (
     hypervolume,
     hypervolume_history,
     points,
+    predict_axes,
     reference_point,
     resolve_axis,
     study_labels,
     value_of,
 )
+from archsearch.analysis.noise import SeedNoise, noise_aware_front, seed_noise
+from archsearch.analysis.proxies import Proxies, proxies
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
 from archsearch.study import StudyData, TrialRecord, redact
@@ -43,6 +52,23 @@ class Pareto:
     history: list[tuple[int, float]]
     kv_label: str
     default_axes: bool
+    noise: SeedNoise  # seeds per trained trial on the training axes, the pooled seed noise
+    # trial number -> the trial numbers that dominate it by means but within the seed noise
+    ties: dict[int, list[int]] = field(default_factory=dict)
+
+    @property
+    def strict_front(self) -> np.ndarray:
+        """Mask over `trained` of the front by means alone (the noise-aware front less its
+        tied points): what the staircase joins."""
+        if not self.ties:
+            return self.on_front
+        return self.on_front & np.array([r.number not in self.ties for r in self.trained])
+
+    @cached_property
+    def proxies(self) -> Proxies:
+        """Rank correlations of the study's training objectives with its cheap signals
+        (`archsearch.analysis.proxies`), over `trained`."""
+        return proxies(self.study, self.trained)
 
     @property
     def front(self) -> list[tuple[TrialRecord, np.ndarray]]:
@@ -78,7 +104,27 @@ class Pareto:
             "params": value_of(r, "params", objectives),
             "active_params": value_of(r, "active_params", objectives),
             self.kv_label: value_of(r, self.kv_label, objectives),
+            **self.seed_cells(r),
         }
+
+    def seed_cells(self, r: TrialRecord) -> dict[str, Any]:
+        """A trained trial's seeds, the standard error of its mean on each noisy axis and the
+        points it is tied with (nothing when the study has no measured seed noise)."""
+        if not self.noise.measured:
+            return {}
+        i = self._index[r.number]
+        out: dict[str, Any] = {}
+        for a in self.axes:
+            se, n = self.noise.std_error(a.label), self.noise.seeds(a.label)
+            if se is not None and n is not None:
+                out[f"{a.label}:std_error"] = float(se[i])
+                out[f"{a.label}:seeds"] = int(n[i])
+        out["tied_with"] = list(self.ties.get(r.number, []))
+        return out
+
+    @cached_property
+    def _index(self) -> dict[int, int]:
+        return {r.number: i for i, r in enumerate(self.trained)}
 
     def front_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The front's rows, best first by the first axis; the first `limit` of them."""
@@ -100,6 +146,7 @@ class Pareto:
             "hypervolume": self.hypervolume,
             "hypervolume_history": [[n, hv] for n, hv in self.history],
             "kv_label": self.kv_label,
+            "seed_noise": self.noise.summary(),
         }
 
 
@@ -165,7 +212,15 @@ def analyse(
 ) -> Pareto:
     """The front of `data` on `device` over `axes` (see the module docstring)."""
     data.require_trained()
+    predict_axes(data.records, [a.label for a in axes], dict(data.meta.get("train") or {}))
     trained, values, mask = front(data.records, axes, data.objectives)
+    noise = seed_noise(trained, values, axes, data.records, data.objectives)
+    ties: dict[int, list[int]] = {}
+    if noise.replicates:  # training axes at their means over the seeds
+        for j, label in enumerate(noise.labels):
+            values[:, [a.label for a in axes].index(label)] = noise.means[:, j]
+        mask, tied = noise_aware_front(values, axes, noise)
+        ties = {trained[b].number: [trained[a].number for a in by] for b, by in tied.items()}
     finite = np.isfinite(values).all(axis=1)
     if not finite.any():
         raise UserError(
@@ -189,7 +244,9 @@ def analyse(
     others = [
         r
         for r in data.records
-        if not r.fully_trained and r.status != "duplicate" and r.attrs.get("arch_hash") not in seen
+        if not r.fully_trained
+        and r.status not in ("duplicate", "replicate", "confirmation")
+        and r.attrs.get("arch_hash") not in seen
     ]
     return Pareto(
         study=data,
@@ -203,7 +260,9 @@ def analyse(
         reference=ref,
         reference_source=source,
         hypervolume=hypervolume(values, axes, ref),
-        history=hypervolume_history(data.records, axes, data.objectives, ref),
+        history=hypervolume_history(data.records, axes, data.objectives, ref, values=values),
         kv_label=kv_label(data, axes),
         default_axes=is_default,
+        noise=noise,
+        ties=ties,
     )

@@ -1,7 +1,9 @@
 """Pictures of a front: a PNG (matplotlib) and an interactive HTML figure (plotly).
 
 Every trial is drawn where its numbers allow: fully trained trials as filled circles (the front
-ringed in black and joined by its staircase), infeasible ones as crosses, trials stopped early
+ringed in black and joined by its staircase; with measured seed noise, points tied with a front
+point within the noise ringed in grey, and error bars of +-1 standard error of the mean over
+seeds on the training axis), infeasible ones as crosses, trials stopped early
 as open circles, failed ones as open triangles. A trial that never trained has costs but no
 loss: it sits in a grey band beyond the worst loss ("not trained"), at its cost. Colours are
 the mixer family (hybrids such as `gla+gqa` are their own family) or, in the second panel / the
@@ -10,6 +12,7 @@ second view, the share of softmax-attention layers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -49,6 +52,9 @@ STRIP = 0.12  # the "not trained" band sits this fraction of the range beyond th
 BAND_COLOUR = "#dddddd"
 DOMINATED_STYLE = {"s": 34, "alpha": 0.6, "linewidths": 0}  # fully trained, not on the front
 FRONT_STYLE = {"s": 90, "edgecolors": "black", "linewidths": 1.3, "zorder": 3}
+TIED_COLOUR = "#8a8a8a"  # the ring of a point tied with a front point within the seed noise
+TIED_STYLE = {"s": 90, "edgecolors": TIED_COLOUR, "linewidths": 1.3, "zorder": 3}
+TIED_TEXT = "tied with the front within seed noise (grey ring)"
 
 
 def family_colours(families: list[str]) -> dict[str, str]:
@@ -180,10 +186,13 @@ def front_mpl(p: Pareto):
         else:
             colour = np.array([colours[_family(r)] for r in p.trained], dtype=object)
             kw = {}
-        for on, style in ((False, DOMINATED_STYLE), (True, FRONT_STYLE)):
-            rows = p.on_front == on
+        strict = p.strict_front
+        groups = [(~p.on_front, DOMINATED_STYLE), (strict, FRONT_STYLE)]
+        if p.ties:
+            groups.append((p.on_front & ~strict, TIED_STYLE))
+        for rows, style in groups:
             sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
-        bars = error_bars(p, tv[p.on_front])
+        bars = error_bars(p, tv, np.flatnonzero(p.on_front), views)
         if bars[i] is not None or bars[j] is not None:
             ax.errorbar(
                 tv[p.on_front, i],
@@ -197,7 +206,7 @@ def front_mpl(p: Pareto):
                 zorder=1,
             )
         if d == 2:
-            stairs, where = staircase(p, tv[p.on_front][:, [i, j]])
+            stairs, where = staircase(p, tv[strict][:, [i, j]])
             ax.step(stairs[:, 0], stairs[:, 1], where=where, color="black", lw=1, ls="--", zorder=2)
         for group, (marker, _, _) in OTHER_MARKERS.items():
             rows = [k for k, r in enumerate(p.others) if p.group_of_other(r) == group]
@@ -255,6 +264,12 @@ def front_mpl(p: Pareto):
             label="fully trained, dominated",
         ),
     ]
+    if p.ties:
+        tied = {"mfc": grey, "mec": TIED_COLOUR, "mew": 1.3, "ls": "", "label": TIED_TEXT}
+        handles.append(Line2D([], [], marker="o", ms=9, **tied))
+    for label in seed_bar_axes(p):
+        bar = {"ms": 12, "mew": 1, "color": "black", "ls": "", "label": seed_bar_text(p, label)}
+        handles.append(Line2D([], [], marker="|", **bar))
     for group, (marker, _, text) in OTHER_MARKERS.items():
         if group in groups_drawn:
             face = {"mfc": "none"} if marker != "x" else {}
@@ -287,14 +302,33 @@ def front_mpl(p: Pareto):
     return fig
 
 
-def error_bars(p: Pareto, pts: np.ndarray) -> list[np.ndarray | None]:
-    """Per axis, the half-widths of the +-error band of each point (display units), or None
-    for an axis that carries no error (not a predicted latency, or an unvalidated profile)."""
+def error_bars(
+    p: Pareto, tv: np.ndarray, rows: np.ndarray, views: list[AxisView]
+) -> list[np.ndarray | None]:
+    """Per axis, the half-widths of the error bars of the trained points `rows` (`tv`: display
+    coordinates of `p.trained`), in display units: a predicted latency's +-error (its device
+    profile's), a training axis's +-1 standard error of the mean over seeds when the study's
+    seed noise is measured; None for an axis that carries neither."""
     out = []
     for k, a in enumerate(p.axes):
-        err = axis_error(a.label)
-        out.append(None if err is None else np.abs(pts[:, k]) * err)
+        err, se = axis_error(a.label), p.noise.std_error(a.label)
+        if se is not None:
+            out.append(se[rows] / views[k].scale)
+        else:
+            out.append(None if err is None else np.abs(tv[rows, k]) * err)
     return out
+
+
+def seed_bar_axes(p: Pareto) -> list[str]:
+    """The axes that carry seed-noise error bars."""
+    return [a.label for a in p.axes if p.noise.noisy(a.label) is not None]
+
+
+def seed_bar_text(p: Pareto, label: str) -> str:
+    """What an error bar on a training axis is, for the legend."""
+    pooled = p.noise.noisy(label)
+    sigma = f" {pooled.std:.2g}" if pooled is not None else ""
+    return f"{parse_label(label)[0]} bars: +-1 std error, sigma/sqrt(n seeds) (sigma{sigma})"
 
 
 def _error_note(label: str) -> str:
@@ -409,7 +443,8 @@ def front_figure(p: Pareto):
     traces = [
         *_family_traces(p, tv, colours, hover),
         _share_trace(p, tv, hover),
-        _front_trace(p, tv, hover),
+        _front_trace(p, tv, hover, views),
+        *([_tied_trace(p, tv, hover, views)] if p.ties else []),
         *_other_traces(p, ov, colours, hover),
     ]
     scatter = go.Scatter if len(p.axes) == 2 else go.Scatter3d
@@ -426,13 +461,26 @@ class _Hover:
         self.notes = [_error_note(a.label) for a in p.axes]  # one profile read per axis
         self.trained = np.array(
             [
-                self.text(r, v, "front" if on else "trained")
+                self.text(r, v, "front" if on else "trained", self.seeds(r))
                 for r, v, on in zip(p.trained, p.values, p.on_front)
             ],
             dtype=str,
         )
 
-    def text(self, r: TrialRecord, v: np.ndarray, group: str) -> str:
+    def seeds(self, r: TrialRecord) -> list[str]:
+        """A trained trial's seeds and standard errors, and its ties (measured noise only)."""
+        cells = self.p.seed_cells(r)
+        lines = [
+            f"{a.label}: mean of {cells[f'{a.label}:seeds']} seeds, "
+            f"s.e. {cells[f'{a.label}:std_error']:.2g}"
+            for a in self.p.axes
+            if f"{a.label}:seeds" in cells
+        ]
+        if cells.get("tied_with"):
+            lines.append("tied with " + ", ".join(f"#{n}" for n in cells["tied_with"][:5]))
+        return lines
+
+    def text(self, r: TrialRecord, v: np.ndarray, group: str, extra: Sequence[str] = ()) -> str:
         from html import escape
 
         lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
@@ -441,6 +489,7 @@ class _Hover:
             lines.append(
                 f"{a.label} = {x:.5g}{note}" if np.isfinite(x) else f"{a.label}: not trained"
             )
+        lines += extra
         if r.reason:
             lines.append(r.reason[:120])
         return "<br>".join(escape(line) for line in lines)
@@ -496,9 +545,10 @@ def _share_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
     }
 
 
-def _front_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
-    """The front's points ringed in black; in 2-D joined by its staircase (sorted by x)."""
-    order = np.flatnonzero(p.on_front)
+def _front_trace(p: Pareto, tv: np.ndarray, hover: _Hover, views: list[AxisView]) -> dict:
+    """The front's points ringed in black; in 2-D joined by its staircase (sorted by x). With
+    measured seed noise, the points tied with it are `_tied_trace`'s."""
+    order = np.flatnonzero(p.strict_front)
     if len(p.axes) == 2:
         order = order[np.argsort(tv[order, 0], kind="stable")]
         shape = {"post": "hv", "pre": "vh"}[staircase(p, tv[order])[1]]
@@ -508,15 +558,9 @@ def _front_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
         }
     else:
         style = {"mode": "markers"}
-    bars = error_bars(p, tv[order]) if len(p.axes) == 2 else [None, None]
-    errors = {
-        f"error_{name}": {"type": "data", "array": b.tolist(), "thickness": 1, "color": "black"}
-        for name, b in zip("xy", bars)
-        if b is not None
-    }
     return {
         **_coords(tv[order]),
-        **errors,
+        **_error_arrays(p, tv, order, views),
         "name": "Pareto front",
         "marker": {
             "size": _size(p, 15, 8),
@@ -528,6 +572,36 @@ def _front_trace(p: Pareto, tv: np.ndarray, hover: _Hover) -> dict:
         "hoverinfo": "text",
         "meta": {"kind": "front", "trials": [p.trained[k].number for k in order]},
         **style,
+    }
+
+
+def _error_arrays(p: Pareto, tv: np.ndarray, rows: np.ndarray, views: list[AxisView]) -> dict:
+    """A 2-D trace's error bars (`error_bars`) as plotly's `error_x` / `error_y`."""
+    bars = error_bars(p, tv, rows, views) if len(p.axes) == 2 else [None, None]
+    return {
+        f"error_{name}": {"type": "data", "array": b.tolist(), "thickness": 1, "color": "black"}
+        for name, b in zip("xy", bars)
+        if b is not None
+    }
+
+
+def _tied_trace(p: Pareto, tv: np.ndarray, hover: _Hover, views: list[AxisView]) -> dict:
+    """The points tied with the front within the seed noise, ringed in grey."""
+    rows = np.flatnonzero(p.on_front & ~p.strict_front)
+    return {
+        **_coords(tv[rows]),
+        **_error_arrays(p, tv, rows, views),
+        "mode": "markers",
+        "name": TIED_TEXT,
+        "marker": {
+            "size": _size(p, 15, 8),
+            "color": "rgba(0,0,0,0)",
+            "line": {"color": TIED_COLOUR, "width": 2},
+            "symbol": "circle" if len(p.axes) == 2 else "circle-open",
+        },
+        "hovertext": hover.trained[rows],
+        "hoverinfo": "text",
+        "meta": {"kind": "tied", "trials": [p.trained[k].number for k in rows]},
     }
 
 
@@ -592,7 +666,13 @@ def _layout(
         "height": 700,
         # the legend below the plot, so the attention-share colour bar has the right side
         "legend": {
-            "title": {"text": "ringed in black = on the Pareto front:"},
+            "title": {
+                "text": "; ".join(
+                    ["ringed in black = on the Pareto front"]
+                    + [seed_bar_text(p, label) for label in seed_bar_axes(p)]
+                )
+                + ":"
+            },
             "font": {"size": 10},
             "orientation": "h",
             "x": 0,

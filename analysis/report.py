@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archsearch.analysis import plots
+from archsearch.analysis import confirm, plots
 from archsearch.analysis.front_table import (
     SHOWN_CONFIGS,
     SHOWN_ROWS,
@@ -19,6 +19,8 @@ from archsearch.analysis.front_table import (
     format_cell,
     front_columns,
     front_facts,
+    proxy_table,
+    seed_noise_lines,
     shown_note,
 )
 from archsearch.analysis.pareto import Pareto, analyse, choose_axes
@@ -86,7 +88,8 @@ def write_outputs(p: Pareto, out_dir: Path) -> dict[str, Path]:
     files["report_html"] = out_dir / "report.html"
     files["report_html"].write_text(html_report(p))
     files["json"] = out_dir / "front.json"
-    files["json"].write_text(json.dumps(p.summary(), indent=2, default=_jsonable) + "\n")
+    summary = {**p.summary(), "proxies": p.proxies.summary()}
+    files["json"].write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
     return files
 
 
@@ -118,7 +121,14 @@ def markdown_report(p: Pareto) -> str:
     for row in p.front_rows(SHOWN_ROWS):
         lines.append("| " + " | ".join(format_cell(k, row.get(k)) for k, _ in cols) + " |")
     note = shown_note(p, SHOWN_ROWS)
-    lines += ["", note or "", "## Configurations", ""]
+    lines += ["", note or ""]
+    if p.noise.measured:
+        lines += ["## Seed noise", "", *[f"- {line}" for line in seed_noise_lines(p)], ""]
+    titles, proxy_rows, findings = proxy_table(p)
+    lines += ["## Cheap signals against the sandbox loss", ""]
+    lines += [f"- {line}" for line in findings] + ["", "| " + " | ".join(titles) + " |"]
+    lines += ["|" + "---|" * len(titles)] + ["| " + " | ".join(r) + " |" for r in proxy_rows]
+    lines += ["", *confirm.markdown_section(p.study), "## Configurations", ""]
     if shown_note(p, SHOWN_CONFIGS):
         lines += [f"The first {SHOWN_CONFIGS}; `archsearch export` writes any other.", ""]
     for r, v in p.front[:SHOWN_CONFIGS]:
@@ -156,6 +166,23 @@ def html_report(p: Pareto) -> str:
         for r, v in p.front[:SHOWN_CONFIGS]
     )
     figure = plots.front_figure(p).to_html(full_html=False, include_plotlyjs=False, div_id="front")
+    noise = (
+        "<h2>Seed noise</h2><ul>"
+        + "".join(f"<li>{e(line)}</li>" for line in seed_noise_lines(p))
+        + "</ul>"
+        if p.noise.measured
+        else ""
+    )
+    titles, proxy_rows, findings = proxy_table(p)
+    proxies = (
+        "<h2>Cheap signals against the sandbox loss</h2><ul>"
+        + "".join(f"<li>{e(line)}</li>" for line in findings)
+        + "</ul><table><tr>"
+        + "".join(f"<th>{e(t)}</th>" for t in titles)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in proxy_rows)
+        + "</table>"
+    )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Pareto front of {e(p.study.name)} on {e(p.device)}</title>
 <script src="plotly.min.js"></script>
@@ -173,6 +200,9 @@ pre {{ background: #f6f6f6; padding: 0.8em; font-size: 0.85em; }}
 <h2>The front</h2>
 <table><tr>{head}</tr>{body}</table>
 {body_note}
+{noise}
+{proxies}
+{confirm.html_section(p.study)}
 <h2>Configurations</h2>
 {configs}
 </body></html>

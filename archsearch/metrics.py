@@ -45,6 +45,7 @@ __all__ = [
     "MetricSpec",
     "Objective",
     "check_argument",
+    "count_text",
     "parse_constraints",
     "parse_label",
     "parse_objectives",
@@ -108,7 +109,13 @@ METRICS: dict[str, MetricDef] = {
         {"device": None, "prompt": 512, "generate": 128, "precision": "fp16"},
         "predicted prompt + generation time (seed PLM Table 12 setting)",
     ),
-    "val_loss": MetricDef("train", "nats", {}, "sandbox validation loss (LM objective)"),
+    "val_loss": MetricDef(
+        "train",
+        "nats",
+        {"tokens": None},
+        "sandbox validation loss (LM objective); with `tokens`, the loss predicted at that "
+        "budget from the trial's learning curve (archsearch.trainers.extrapolate)",
+    ),
     "val_ppl": MetricDef("train", "ppl", {}, "sandbox validation perplexity"),
     "probe_acc": MetricDef(
         "train",
@@ -208,12 +215,28 @@ class MetricSpec:
     def label(self) -> str:
         """A compact, stable name: `decode_ms[rpi5,context=2048,precision=q4]` (the inverse of
         `MetricSpec.parse`)."""
-        if not self.args:
-            return self.metric
         parts = []
         for k, v in self.args:
+            if v is None and k not in POSITIONAL_ARGS:  # an optional argument left out
+                continue
             parts.append(str(v) if k in POSITIONAL_ARGS else f"{k}={v}")
-        return f"{self.metric}[{','.join(parts)}]"
+        return f"{self.metric}[{','.join(parts)}]" if parts else self.metric
+
+    @property
+    def predicted_at(self) -> str | None:
+        """The budget a training metric is predicted at (`val_loss[tokens=100M]` ->
+        "tokens:100M"), or None for a metric the trial measures."""
+        tokens = dict(self.args).get("tokens")
+        return f"tokens:{tokens}" if self.phase == "train" and tokens is not None else None
+
+    @property
+    def measured(self) -> MetricSpec:
+        """The metric the trial measures that this one is predicted from (itself when it is
+        not a prediction)."""
+        if self.predicted_at is None:
+            return self
+        args = tuple((k, None if k == "tokens" else v) for k, v in self.args)
+        return MetricSpec(self.metric, args)
 
     @classmethod
     def parse(cls, label: str) -> MetricSpec:
@@ -223,6 +246,11 @@ class MetricSpec:
         if name not in METRICS:
             raise ValueError(f"unknown metric {name!r}")
         args = {**METRICS[name].args, **{k: typed_value(v) for k, v in given.items()}}
+        if args.get("tokens") is not None:
+            try:
+                args["tokens"] = check_argument("tokens", args["tokens"], key="tokens")
+            except UserError as err:
+                raise ValueError(err.detail) from None
         return cls(name, tuple((k, args[k]) for k in METRICS[name].args))
 
 
@@ -250,6 +278,15 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
         elif part.strip():
             args["task" if name.strip() == "probe_acc" else "device"] = part.strip()
     return name.strip(), args
+
+
+def count_text(n: float) -> str:
+    """A token count as a label writes it: 100M, 1.6M, 160K, 512 (read back by
+    `parse_quantity`)."""
+    for suffix, unit in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= unit:
+            return f"{n / unit:.6g}{suffix}"
+    return f"{n:.6g}"
 
 
 def typed_value(value: Any) -> Any:
@@ -377,6 +414,13 @@ def check_argument(
                 f"unknown {what} {value!r} (known: {', '.join(known)})", source=source, key=key
             )
         return value
+    if arg == "tokens":  # a training budget in tokens, written canonically (100M, 1.6M, 160K)
+        if value is None:
+            return None
+        n = parse_quantity(value, "count", source=source, key=key)
+        if n < 1:
+            raise UserError(f"tokens must be at least 1, got {value!r}", source=source, key=key)
+        return count_text(n)
     if arg == "bits":
         if value not in CACHE_BITS:
             raise UserError(

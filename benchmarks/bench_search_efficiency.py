@@ -5,20 +5,26 @@
    sandbox trainer (seeded, deterministic), keeping its eval points; the true Pareto front of
    validation loss vs predicted Raspberry Pi 5 decode latency over the feasible candidates, and
    its hypervolume, follow.
-2. Strategies, each a real `archsearch sweep` (Ray Tune + Optuna + SQLite) whose trainable
-   replays the recorded trials (`archsearch.sweep.testing:replay`: what retraining would report,
-   in milliseconds), over several seeds:
-   - default: cost pruning (constraints checked before training) + multi-objective TPE + ASHA;
+2. Strategies, each a real `archsearch sweep` (Ray Tune + Optuna + SQLite, composed from
+   conf/sweep.yaml like the command) whose trainable replays the recorded trials
+   (`archsearch.sweep.testing:replay`: what retraining would report, in milliseconds), over
+   several seeds:
+   - default: cost pruning (constraints checked before training) + multi-objective TPE + ASHA
+     on the loss (today's `archsearch sweep`);
+   - tpe: cost pruning + TPE, no early stopping (every trial trained to the end);
+   - pareto: cost pruning + TPE + Pareto-aware early stopping (`early_stopping=pareto`);
    - random: random sampling of the space without its constraints, no early stopping (every
      draw is trained to the end, infeasible or not).
    Compute spent is the tokens actually trained (a stopped trial counts what it ran). After each
    trial, the hypervolume of the feasible, fully trained front found so far is computed with the
    ground-truth reference point.
-Results: mean hypervolume (fraction of the true one) at 25/50/75/100% of the compute of
-training every candidate once, a PNG of the curves, and JSON.
+Results: mean hypervolume (fraction of the true one) at 25/50/100% of the compute of training
+every candidate once (a sweep stops at `--trials` trained trials, so its later share is its final
+front), a PNG of the curves, and JSON; for Pareto stopping also how many trials it stopped and
+whether any was on the true front.
 
     python benchmarks/bench_search_efficiency.py --truth   # once (minutes)
-    python benchmarks/bench_search_efficiency.py           # the comparison
+    python benchmarks/bench_search_efficiency.py           # the comparison (5 seeds)
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import multiprocessing as mp
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -81,49 +88,56 @@ def objectives(space, arch_dict: dict, result: dict) -> tuple[float, float, bool
     return result["metrics"]["val_loss"], latency, feasible
 
 
-def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, float]]:
-    """(cumulative tokens, hypervolume) after each trained trial of one sweep."""
+STRATEGIES = {  # name -> (sampler, early stopping, constraints kept)
+    "default": ("tpe", "asha", True),
+    "tpe": ("tpe", "none", True),
+    "pareto": ("tpe", "pareto", True),
+    "random": ("random", "none", False),
+}
+
+
+def run_strategy(strategy: str, seed: int, trials: int) -> dict:
+    """One sweep: (cumulative tokens, hypervolume) after each trial that trained, in the order
+    trials ended, and the arch hashes of the trials stopped early."""
     import optuna
 
     from archsearch.analysis.front import Axis, hypervolume
-    from archsearch.space import parse_space_file
+    from archsearch.cli.config import compose, to_schema
+    from archsearch.space import open_space, parse_space_file
     from archsearch.study import open_storage, records
     from archsearch.sweep import run_sweep
-    from archsearch.sweep.settings import LatencySection, RaySection, StorageSection, SweepConfig
 
+    sampler, early_stopping, constrained = STRATEGIES[strategy]
     truth = json.loads(TRUTH.read_text())
     space = parse_space_file(SPACE)
     with tempfile.TemporaryDirectory() as tmp:
         space_file = SPACE
-        if strategy == "random":  # the same space without its constraints
-            text = (
-                SPACE.read_text().split("constraints:")[0]
-                + "objectives:"
-                + SPACE.read_text().split("objectives:")[1]
-            )
+        if not constrained:  # the same space without its constraints
+            text = SPACE.read_text()
+            text = text.split("constraints:")[0] + "objectives:" + text.split("objectives:")[1]
             space_file = Path(tmp) / "unconstrained.yaml"
             space_file.write_text(text)
-        cfg = SweepConfig(
-            search_space=str(space_file),
-            space_file=None,
-            device="rpi5",
-            trials=trials,
-            sampler="tpe" if strategy == "default" else "random",
-            seed=seed,
-            study_name=None,
-            run_dir=f"{tmp}/run",
-            concurrency=2,
-            cpus_per_trial=1,
-            early_stopping="asha" if strategy == "default" else "none",
-            budget=None,
-            train={},
-            storage=StorageSection(url=None),
-            ray=RaySection(address=None, num_cpus=2, verbose=False),
-            latency=LatencySection(),
-            trainable="archsearch.sweep.testing:replay",
+        cfg = to_schema(
+            "sweep",
+            compose(
+                "sweep",
+                [
+                    f"space_file={space_file}",
+                    "device=rpi5",
+                    f"trials={trials}",
+                    f"sampler={sampler}",
+                    f"seed={seed}",
+                    f"run_dir={tmp}/run",
+                    "concurrency=2",
+                    f"early_stopping={early_stopping}",
+                    "trainable=archsearch.sweep.testing:replay",
+                    "ray.num_cpus=2",
+                    "format=json",
+                ],
+            ),
         )
         os.environ["ARCHSEARCH_REPLAY_CACHE"] = str(TRUTH)
-        summary = run_sweep(parse_space_file(Path(space_file)), cfg)
+        summary = run_sweep(open_space(search_space=None, space_file=str(space_file)), cfg)
         study = optuna.load_study(
             study_name=summary["study_name"], storage=open_storage(summary["storage"])
         )
@@ -143,7 +157,8 @@ def run_strategy(strategy: str, seed: int, trials: int) -> list[tuple[float, flo
                 found.append((loss, lat))
         hv = hypervolume(np.array(found), axes, ref) if found else 0.0
         curve.append((spent, hv))
-    return curve
+    stopped = [r.attrs["arch_hash"] for r in recs if r.status == "stopped_early"]
+    return {"curve": curve, "stopped": stopped}
 
 
 def reference_point(space, truth) -> list[float]:
@@ -159,6 +174,20 @@ def _with_arch(truth):
     space = parse_space_file(SPACE)
     by_hash = {build(space, a).arch.arch_hash: build(space, a).arch for a in assignments(space)}
     return [{**res, "arch_dict": by_hash[h].to_dict()} for h, res in truth.items()]
+
+
+def front_hashes(truth) -> set[str]:
+    """Arch hashes of the feasible candidates on the true front."""
+    from archsearch.space import parse_space_file
+
+    space = parse_space_file(SPACE)
+    pts = {r["arch_hash"]: objectives(space, r["arch_dict"], r) for r in _with_arch(truth)}
+    feasible = {h: (a, b) for h, (a, b, ok) in pts.items() if ok}
+    return {
+        h
+        for h, p in feasible.items()
+        if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in feasible.values())
+    }
 
 
 def true_front(truth) -> tuple[float, float]:
@@ -179,44 +208,70 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=16)
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
     args = ap.parse_args()
     if args.truth or not TRUTH.exists():
         ground_truth(args.workers)
     truth = json.loads(TRUTH.read_text())
     hv_true, total = true_front(truth)
+    on_front = front_hashes(truth)
     print(
         f"ground truth: {len(truth)} candidates, true hypervolume {hv_true:.4g}, "
-        f"{total:,.0f} tokens to train them all"
+        f"{total:,.0f} tokens to train them all, {len(on_front)} on the true front"
     )
     grid = np.linspace(0, total, 101)
+    shares = (0.25, 0.5, 1.0)
     results = {}
-    for strategy in ("default", "random"):
-        curves = []
+    for strategy in args.strategies.split(","):
+        curves, per_seed, stopped, stopped_on_front = [], [], 0, 0
         for seed in range(args.seeds):
-            curve = run_strategy(strategy, seed, args.trials)
+            t0 = time.time()
+            got = run_strategy(strategy, seed, args.trials)
+            curve = got["curve"]
             xs, ys = zip(*curve)
             step = [max([y for x, y in curve if x <= g], default=0.0) for g in grid]
             curves.append(step)
+            stopped += len(got["stopped"])
+            stopped_on_front += len(on_front.intersection(got["stopped"]))
+            per_seed.append([step[int(100 * s)] / hv_true for s in shares])
             print(
-                f"{strategy:8s} seed {seed}: {len(curve)} trials, {xs[-1]:,.0f} tokens, "
-                f"hypervolume {ys[-1] / hv_true:.3f} of the true front",
+                f"{strategy:8s} seed {seed}: {len(curve)} trials ({len(got['stopped'])} stopped "
+                f"early, {len(on_front.intersection(got['stopped']))} of them on the true front), "
+                f"{xs[-1]:,.0f} tokens, hypervolume {ys[-1] / hv_true:.3f} of the true front at "
+                f"the end, {step[25] / hv_true:.3f} at 25% of the compute "
+                f"({time.time() - t0:.0f} s)",
                 flush=True,
             )
         mean = np.mean(np.array(curves), axis=0) / hv_true
-        results[strategy] = {"grid_tokens": grid.tolist(), "mean_hv_fraction": mean.tolist()}
-    print("\nmean hypervolume fraction at a share of the compute of training every candidate:")
-    for share in (0.1, 0.25, 0.5):
-        i = int(share * 100)
-        print(
-            f"  {share:4.0%}: default {results['default']['mean_hv_fraction'][i]:.3f}, "
-            f"random {results['random']['mean_hv_fraction'][i]:.3f}"
-        )
+        results[strategy] = {
+            "sampler": STRATEGIES[strategy][0],
+            "early_stopping": STRATEGIES[strategy][1],
+            "constraints": STRATEGIES[strategy][2],
+            "grid_tokens": grid.tolist(),
+            "mean_hv_fraction": mean.tolist(),
+            "hv_fraction_by_seed": {
+                f"{s:.0%}": [p[i] for p in per_seed] for i, s in enumerate(shares)
+            },
+            "stopped_early": stopped,
+            "stopped_on_true_front": stopped_on_front,
+        }
+    print(
+        "\nmean hypervolume fraction (min over seeds) at a share of the compute of training every "
+        "candidate once:"
+    )
+    print("  strategy   " + "  ".join(f"{s:>13.0%}" for s in shares))
+    for strategy, r in results.items():
+        means = [r["mean_hv_fraction"][int(100 * s)] for s in shares]
+        lows = [min(r["hv_fraction_by_seed"][f"{s:.0%}"]) for s in shares]
+        cells = [f"{m:.3f} ({lo:.3f})" for m, lo in zip(means, lows)]
+        print(f"  {strategy:9s}  " + "  ".join(f"{c:>13s}" for c in cells))
     out = HERE / "results" / "search_efficiency.json"
     out.write_text(
         json.dumps(
             {
                 "true_hypervolume": hv_true,
                 "total_tokens": total,
+                "true_front_size": len(on_front),
                 "seeds": args.seeds,
                 "trials": args.trials,
                 **results,
@@ -229,14 +284,17 @@ def main() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for strategy, r in results.items():
-        ax.plot(np.array(r["grid_tokens"]) / total, r["mean_hv_fraction"], label=strategy)
-    ax.set_xlabel("training compute spent (share of training every candidate once)")
+        label = f"{strategy} ({r['sampler']}, early stopping {r['early_stopping']})"
+        ax.plot(np.array(r["grid_tokens"]) / total, r["mean_hv_fraction"], label=label)
+    ax.axhline(0.95, color="grey", lw=0.8, ls="--")
+    ax.axvline(0.25, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("training compute spent (share of the tokens of training every candidate once)")
     ax.set_ylabel("hypervolume / true hypervolume")
-    ax.set_title(f"search_small: mean over {args.seeds} seeds")
+    ax.set_title(f"search_small: mean over {args.seeds} seeds, sweeps of {args.trials} trials")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(HERE / "results" / "search_efficiency.png", dpi=110)
     print(f"saved {out} and search_efficiency.png")

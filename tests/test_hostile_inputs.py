@@ -356,6 +356,7 @@ OVERRIDES = [
     cli("profile-lengths-words", "profile", "arch=tiny_gqa", "lengths=[a]", must=("lengths",)),
     cli("cost-arch-empty", "cost", "arch=,,", must=("arch",)),
     cli("check-mixer-tokens-nan", "check-mixer", "tokens=nan", must=("tokens",)),
+    cli("confirm-factor-nan", "confirm", "study={study}", "factor=nan", must=("factor",)),
 ]
 
 CORPUS = {

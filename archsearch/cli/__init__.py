@@ -106,6 +106,18 @@ COMMANDS: dict[str, Command] = {
             "archsearch pareto study=postgresql+psycopg2://user@db/archsearch study_name=tiny",
         ),
     ),
+    "confirm": Command(
+        "retrain a study's front and n trials spread over its ranking at factor x the budget; "
+        "rank correlations, front kept, extrapolation error",
+        "confirm",
+        "archsearch.cli.confirm_cmd:run",
+        examples=(
+            "archsearch confirm study=runs/tiny factor=8 n=4",
+            "archsearch confirm study=tiny factor=4 n=2 data=./other_corpus.txt",
+            "archsearch confirm study=tiny storage.url=postgresql+psycopg2://user@db/archsearch "
+            "run_dir=/shared/tiny ray.address=auto",
+        ),
+    ),
     "export": Command(
         "write a trial's architecture as an ArchConfig preset and a Hugging Face config.json",
         "export",

@@ -88,7 +88,14 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
     if note:
         con.print(escape(note))
     for k, v in front_facts(p):
-        if k in ("trials", "reference point", "hypervolume", "constraints", "latency error"):
+        if k in (
+            "trials",
+            "reference point",
+            "hypervolume",
+            "constraints",
+            "latency error",
+            "seed noise",
+        ):
             con.print(escape(f"{k + ':':<17}{v}"))
     for k, path in files.items():
         con.print(escape(f"{k + ':':<17}{path}"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from archsearch.metrics import PRECISIONS
-from archsearch.sweep.settings import SweepConfig
+from archsearch.sweep.settings import RaySection, StorageSection, SweepConfig
 from archsearch.trainers.config import Choice, TrainConfig
 
 
@@ -162,6 +162,29 @@ class ProfileConfig:
 
 
 @dataclass
+class ConfirmConfig:
+    """`archsearch confirm`: the study, the confirmation, and the sweep's resource keys."""
+
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    run_dir: str | None = MISSING
+    storage: StorageSection = field(default_factory=StorageSection)
+    factor: float = MISSING
+    n: int = MISSING
+    data: list[str] | None = MISSING
+    seed: int | None = MISSING
+    concurrency: int = MISSING
+    cpus_per_trial: int = MISSING
+    gpus_per_trial: float = MISSING
+    workers_per_trial: int = MISSING
+    trainable: str = MISSING
+    ray: RaySection = field(default_factory=RaySection)
+    out: str | None = MISSING
+    plots: bool = MISSING
+    format: Format = MISSING
+
+
+@dataclass
 class CheckMixerConfig:
     mixer: str | None = MISSING
     d_model: int = MISSING
@@ -182,4 +205,5 @@ SCHEMAS: dict[str, type] = {
     "dashboard": DashboardConfig,
     "profile": ProfileConfig,
     "check_mixer": CheckMixerConfig,
+    "confirm": ConfirmConfig,
 }

@@ -25,6 +25,8 @@ STATUS_WORDS = {
     "invalid": "invalid",
     "duplicate": "duplicates",
     "interrupted": "interrupted",
+    "replicate": "replicates",
+    "confirmation": "confirmations",
 }
 
 
@@ -85,6 +87,16 @@ def print_summary(summary: dict[str, Any], *, fmt: str) -> None:
     con = output.console()
     con.print("\n" + escape(headline(summary)))
     con.print(escape(f"in the study: {n_trials} trials, {counts_text(summary['in_study'])}"))
+    for key, what in (("replicated", "replicates"), ("confirmed", "confirmation")):
+        done_here = summary.get(key) or {}
+        if done_here.get("jobs"):
+            ran = counts_text(done_here["this_run"])
+            con.print(
+                escape(
+                    f"{what}: {done_here['jobs']} runs of trials {done_here['trials']}; this "
+                    f"run: {ran}, {done_here['already_stored']} stored before"
+                )
+            )
     if done.pareto is not None:
         print_front(done.pareto, done.files)
     else:

@@ -15,6 +15,7 @@ derived:                          # OmegaConf interpolations, resolved per candi
 constraints: [...]                # see archsearch.metrics
 objectives: [...]
 train: {...}                      # sandbox-training settings for sweeps of this space
+replicates: 3                     # seeds per architecture of the first two Pareto layers
 ```
 
 Parameter names are key paths into `ArchConfig` (or `vars.NAME`). Each parameter is either a
@@ -58,7 +59,9 @@ _TOP_KEYS = (
     "constraints",
     "objectives",
     "train",
+    "replicates",
 )
+MAX_REPLICATES = 100
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class SearchSpace:
     objectives: list[Objective] = field(default_factory=list)
     train: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    replicates: int = 1  # seeds per architecture of the first two Pareto layers (1: one)
 
     @property
     def controllers(self) -> set[str]:
@@ -275,6 +279,14 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
     train = raw.get("train") or {}
     if not isinstance(train, dict):
         raise UserError("expected a mapping of training settings", source=source, key="train")
+    replicates = 1 if raw.get("replicates") is None else raw["replicates"]
+    if type(replicates) is not int or not 1 <= replicates <= MAX_REPLICATES:
+        raise UserError(
+            f"must be a whole number of seeds from 1 (no replicates) to {MAX_REPLICATES}, "
+            f"got {replicates!r}",
+            source=source,
+            key="replicates",
+        )
 
     space = SearchSpace(
         name=name,
@@ -287,6 +299,7 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
         objectives=objectives,
         train=train,
         description=str(description or ""),
+        replicates=replicates,
     )
     _check_conditions(space)
     _dry_run_derived(space)

@@ -18,6 +18,8 @@ Trial user attributes (small ones first, so optuna-dashboard shows them):
   budget        what was actually trained {tokens, flops, fraction, ...}
   curve         the loss curve (eval points, and a thinned train-loss curve)
   train_metrics tokens/s, wall time, peak RSS, ... of the sandbox trial
+  predicted     {label: {value, std, law, from_tokens}}: a training objective predicted at another
+                budget (`val_loss[tokens=100M]`) from the trial's curve, with its 1-sigma error
   execution     where it trained: device, the GPU ids Ray assigned, workers and their devices,
                 precision, micro batch, compile outcome, peak device memory
   duplicate_of, duplicate_values  a duplicate (the same architecture as an earlier trial, not
@@ -25,6 +27,16 @@ Trial user attributes (small ones first, so optuna-dashboard shows them):
                 optuna-dashboard's Pareto view shows each architecture once (studies written
                 before schema 2 stored duplicates COMPLETE with the copied values; both read
                 the same: only `trained` trials are candidates of a front).
+  replicate_of, seed, replicate_values  a replicate (schema 3): the architecture of trained
+                trial `replicate_of` trained again at the same budget with another `seed`; its
+                objective values (the study's objectives, in order) in `replicate_values`.
+                Stored PRUNED and never a point of its own: the analysis gathers a trained
+                trial's replicates into the mean and spread of its training objectives.
+  confirms, budget_factor, seed, confirm_values, confirm_train  a confirmation (schema 3):
+                the architecture of trained trial `confirms` trained at `budget_factor` x the
+                sandbox budget (or on another corpus) with the training settings
+                `confirm_train`; its objective values in `confirm_values`. Stored PRUNED,
+                linked to its sandbox trial, read by `archsearch confirm` and the report.
 Trial constraints: new style (`Trial.set_constraint`, system attributes `constraints:<name>`)
 and old style (system attribute `constraints`, a list, which optuna-dashboard 0.21 displays);
 a value <= 0 is satisfied.
@@ -52,7 +64,7 @@ __all__ = [
 ]
 
 META_KEY = "archsearch"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STALE_REASON = "its sweep driver stopped sending heartbeats while it ran"
 
 # per-step series: the bulk of a stored trial; the analysis reads studies without them
@@ -72,6 +84,10 @@ JSON_ATTRS = (
     "metrics",
     "duplicate_values",
     "execution",
+    "replicate_values",
+    "confirm_values",
+    "confirm_train",
+    "predicted",
 )
 
 
@@ -85,6 +101,8 @@ class Status(str, Enum):
     INVALID = "invalid"  # PRUNED before training: the candidate cannot be built
     DUPLICATE = "duplicate"  # the same architecture as an earlier trial, not trained again
     INTERRUPTED = "interrupted"  # FAIL: the driver stopped while it ran
+    REPLICATE = "replicate"  # PRUNED: a trained architecture trained again with another seed
+    CONFIRMATION = "confirmation"  # PRUNED: a trained architecture trained at a larger budget
     RUNNING = "running"
 
     def __str__(self) -> str:
@@ -92,9 +110,15 @@ class Status(str, Enum):
 
     @property
     def spent_compute(self) -> bool:
-        """Whether the trial spent training compute. Only TRAINED counts towards `trials=`;
-        the others are reported beside it."""
+        """Whether the trial spent training compute on a candidate of the search (replicates
+        and confirmations re-train one already searched). Only TRAINED counts towards
+        `trials=`; the others are reported beside it."""
         return self in (Status.TRAINED, Status.STOPPED_EARLY, Status.FAILED)
+
+    @property
+    def retrained(self) -> bool:
+        """A replicate or a confirmation: a trained trial's architecture trained again."""
+        return self in (Status.REPLICATE, Status.CONFIRMATION)
 
 
 def encode_attrs(attrs: dict[str, Any]) -> dict[str, Any]:

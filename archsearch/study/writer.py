@@ -119,9 +119,10 @@ class StudyWriter:
     ) -> None:
         """Record how a trial ended. Its Optuna state follows from the status: COMPLETE for a
         trained trial, FAIL for a failed or interrupted one (or any, with `failed=True`),
-        PRUNED otherwise (stopped early, never trained, a duplicate: its first trial's
-        `values` go to the attribute `duplicate_values`, so no architecture is a point twice
-        in optuna-dashboard)."""
+        PRUNED otherwise (stopped early, never trained, a duplicate, a replicate or a
+        confirmation: their `values` go to the attribute `duplicate_values`,
+        `replicate_values` or `confirm_values`, so no architecture is a point twice in
+        optuna-dashboard)."""
         from optuna.trial import TrialState
 
         state, attrs = _ending(status, reason, attrs, values, failed)
@@ -201,8 +202,13 @@ def _ending(
     from optuna.trial import TrialState
 
     attrs = {"status": status, "reason": reason, **(attrs or {})}
-    if status == Status.DUPLICATE and values is not None:
-        attrs["duplicate_values"] = list(values)
+    kept_as = {
+        Status.DUPLICATE: "duplicate_values",
+        Status.REPLICATE: "replicate_values",
+        Status.CONFIRMATION: "confirm_values",
+    }
+    if status in kept_as and values is not None:
+        attrs[kept_as[status]] = list(values)
     if failed or status in (Status.FAILED, Status.INTERRUPTED):
         return TrialState.FAIL, attrs
     if values is not None and status == Status.TRAINED:

@@ -19,7 +19,13 @@ from archsearch.study import Status
 from archsearch.sweep.searcher import tell_duplicate
 from archsearch.sweep.state import Launched, SweepState
 
-__all__ = ["create_recorder", "record_end", "record_intermediate"]
+__all__ = [
+    "create_recorder",
+    "error_text",
+    "record_end",
+    "record_intermediate",
+    "result_attrs",
+]
 
 BUDGET_KEYS = ("budget", "tokens", "flops", "steps", "fraction", "flops_per_token")
 
@@ -36,12 +42,12 @@ def create_recorder(state: SweepState):
             record_end(state, trial.trial_id, trial.last_result or {}, error=None)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            record_end(state, trial.trial_id, trial.last_result or {}, error=_error_text(trial))
+            record_end(state, trial.trial_id, trial.last_result or {}, error=error_text(trial))
 
     return StudyRecorder()
 
 
-def _error_text(trial) -> str:
+def error_text(trial) -> str:
     """The last line of the trial's exception (Tune keeps the whole traceback in a file)."""
     try:
         err = trial.get_error()
@@ -80,6 +86,7 @@ def record_intermediate(state: SweepState, tune_id: str, result: dict[str, Any])
 
 def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
     launched = state.by_tune_id.pop(tune_id, None)
+    stop_reason = state.stop_reasons.pop(tune_id, None)  # set by a rule that explains itself
     if launched is None:  # already told (Tune may report an error after completion)
         return
     trial = launched.optuna_trial
@@ -103,15 +110,15 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
     values = None
     if error is None and result.get("final"):
         res = json.loads(result["result_json"])
-        attrs.update(_result_attrs(res))
+        attrs.update(result_attrs(res))
         if res["status"] != "completed":
             status, reason = Status.FAILED, res.get("failure_reason") or "the trial failed"
         else:
-            values, missing = _objective_values(state, res["metrics"], launched, measured)
+            values, missing = _objective_values(state, res, launched, measured, attrs)
             status, reason = (Status.TRAINED, "") if values else (Status.FAILED, missing)
     elif error is None:
         status = Status.STOPPED_EARLY
-        reason = (
+        reason = stop_reason or (
             f"stopped by the early-stopping rule at {result.get('fraction', 0):.0%} of "
             f"the budget ({state.es_metric}={result.get(state.es_metric, float('nan')):.4g})"
         )
@@ -148,7 +155,7 @@ def _final_numbers(attrs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
+def result_attrs(res: dict[str, Any]) -> dict[str, Any]:
     evals = res.get("evals", [])
     curve = res.get("curve", [])
     stride = max(1, len(curve) // 200)
@@ -177,14 +184,18 @@ def _result_attrs(res: dict[str, Any]) -> dict[str, Any]:
 
 def _objective_values(
     state: SweepState,
-    metrics: dict[str, float],
+    res: dict[str, Any],
     launched: Launched,
     measured: dict[str, float] | None,
+    attrs: dict[str, Any],
 ) -> tuple[list[float] | None, str]:
     values = []
     for spec in state.objective_specs:
         if spec.phase == "train":
-            v = metrics.get(spec.label)
+            try:
+                v = training_value(spec, res, attrs)
+            except ValueError as err:
+                return None, f"objective {spec.label}: {err}"
         elif measured is not None and spec.metric in measured:
             v = measured[spec.metric]
         else:
@@ -197,3 +208,22 @@ def _objective_values(
             return None, f"the trial produced no finite value for objective {spec.label}"
         values.append(float(v))
     return values, ""
+
+
+def training_value(spec, res: dict[str, Any], attrs: dict[str, Any]) -> float | None:
+    """A training objective of a finished trial result: measured (`res["metrics"]`), or, for a
+    loss predicted at another budget (`val_loss[tokens=100M]`), extrapolated from the trial's
+    eval points (`archsearch.trainers.extrapolate`), the prediction and its error kept in
+    `attrs["predicted"][label]`. ValueError when the curve cannot be fitted."""
+    if spec.predicted_at is None:
+        return res.get("metrics", {}).get(spec.label)
+    from archsearch.trainers.extrapolate import predict_loss
+
+    got = predict_loss({"evals": res.get("evals") or []}, res["config"], spec.predicted_at)
+    attrs.setdefault("predicted", {})[spec.label] = {
+        "value": got.value,
+        "std": got.std,
+        "law": got.law,
+        "from_tokens": res.get("tokens"),
+    }
+    return got.value

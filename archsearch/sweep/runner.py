@@ -47,6 +47,13 @@ from archsearch.sweep.pricing import assess
 from archsearch.sweep.ray_runtime import contain_ray, ray_session
 from archsearch.sweep.recorder import create_recorder
 from archsearch.sweep.reference import study_reference
+from archsearch.sweep.retrain import (
+    DRIVER_CPUS,
+    Resources,
+    after_sweep,
+    check_retrain,
+    import_trainable,
+)
 from archsearch.sweep.searcher import create_searcher, settle_duplicates
 from archsearch.sweep.settings import EarlyStopping, LatencyMode, Sampler, SweepConfig
 from archsearch.sweep.state import SweepState
@@ -54,7 +61,6 @@ from archsearch.sweep.state import SweepState
 __all__ = ["check_feasible", "run_sweep", "train_settings"]
 
 FEASIBILITY_PROBES = 2000  # candidates checked for feasibility before a sweep starts
-DRIVER_CPUS = 0.01  # the Tune trial that drives a data-parallel trial only waits on its workers
 
 
 def check_feasible(space: SearchSpace, device: str) -> int:
@@ -107,10 +113,23 @@ def make_sampler(name: Sampler, seed: int, n_trials: int):
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def make_scheduler(kind: EarlyStopping, metric: str | None, mode: str, n_evals: int):
-    """Ray Tune's early-stopping rule on the first training objective (None: none)."""
+def make_scheduler(
+    kind: EarlyStopping,
+    metric: str | None,
+    mode: str,
+    n_evals: int,
+    state: SweepState | None = None,
+):
+    """Ray Tune's early-stopping rule (None: none): ASHA or the median rule on the first
+    training objective `metric`, or Pareto-aware stopping on the objective vector (reads the
+    study through `state`)."""
     if kind == EarlyStopping.none or metric is None:
         return None
+    if kind == EarlyStopping.pareto:
+        from archsearch.sweep.pareto_stopping import ParetoStopping
+
+        assert state is not None, "Pareto-aware early stopping reads the sweep's state"
+        return ParetoStopping(state, metric, mode)
     from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 
     if kind == EarlyStopping.asha:
@@ -215,17 +234,17 @@ def check_cluster_gpus(cfg: SweepConfig) -> None:
 
 
 def early_stopping_metric(space: SearchSpace) -> tuple[str | None, str]:
+    """The first training objective as the trial reports it (a loss predicted at a larger
+    budget is watched through the loss the trial measures) and its mode."""
     for o in space.objectives:
         if o.spec.phase == "train":
-            return o.spec.label, "min" if o.direction == "minimize" else "max"
+            return o.spec.measured.label, "min" if o.direction == "minimize" else "max"
     return None, "min"
 
 
 def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     """Run the sweep `cfg` (the `sweep` command's settings) over the parsed `space`; returns
     the summary also written to `run_dir/sweep.json`."""
-    import importlib
-
     from archsearch.cost.devices import device_names, load_device
 
     contain_ray(cfg.ray.verbose, cfg.ray.address)
@@ -253,6 +272,9 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         )
     if cfg.reference and not all(math.isfinite(v) for v in cfg.reference):
         raise UserError(f"give finite numbers, got {list(cfg.reference)}", key="reference")
+    replicates = space.replicates if cfg.replicates is None else cfg.replicates
+    labels = [o.spec.label for o in space.objectives]
+    check_retrain(labels, replicates, cfg.confirm.factor, cfg.confirm.n)
     study_name = check_name(cfg.study_name or space.name, what="study", key="study_name")
     run_dir = Path(cfg.run_dir or Path("runs") / study_name).resolve()
     check_writable_dir(run_dir, key="run_dir")  # before Ray starts or the study is touched
@@ -268,11 +290,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     n_evals = len({*TrainConfig.from_dict(train).eval_at, 1.0})
     scheduler_kind = cfg.early_stopping
     check_feasible(space, device)
-    module, _, func = cfg.trainable.partition(":")
-    try:
-        trainable = getattr(importlib.import_module(module), func)
-    except (ImportError, AttributeError):
-        raise UserError(f"cannot import the trainable {cfg.trainable!r}", key="trainable") from None
+    trainable = import_trainable(cfg.trainable)
 
     with ray_session(
         cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose, cfg.ray.num_gpus, run_dir=run_dir
@@ -334,6 +352,22 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         if interrupted:  # a trial of this run asked for but not yet launched when Ctrl-C came
             for params in writer.mark_interrupted(lambda t: t.number >= first_number):
                 writer.study.enqueue_trial(params, skip_if_exists=False)
+        retrained: dict[str, Any] = {}
+        if not interrupted:  # replicates and confirmation (`retrain`); a rerun resumes them
+            try:
+                retrained = after_sweep(
+                    writer,
+                    train,
+                    replicates=replicates,
+                    factor=cfg.confirm.factor,
+                    n=cfg.confirm.n,
+                    trainable=trainable,
+                    resources=Resources.of(cfg),
+                    run_dir=run_dir,
+                    verbose=cfg.ray.verbose,
+                )
+            except KeyboardInterrupt:
+                interrupted = True
         in_study = study_counts(writer)
     summary = {
         "study_name": study_name,
@@ -350,6 +384,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "exhausted": state.exhausted,
         "device": device,
         "reference_point": StudyMeta.from_study(writer.study).reference,
+        **retrained,
     }
     (run_dir / "sweep.json").write_text(json.dumps(summary, indent=2))
     if interrupted:
@@ -385,7 +420,7 @@ def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, 
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(
             search_alg=create_searcher(state),
-            scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals),
+            scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals, state),
             num_samples=-1,
             max_concurrent_trials=cfg.concurrency,
             # a data-parallel trial's driver is ended when Tune stops it, with its workers

@@ -25,10 +25,12 @@ class Sampler(Choice):
 
 
 class EarlyStopping(Choice):
-    """Ray Tune's rule for stopping trials early on the first training objective."""
+    """Ray Tune's rule for stopping trials early: ASHA or the median rule on the first training
+    objective, or `pareto` on the whole objective vector (`sweep/pareto_stopping.py`)."""
 
     asha = "asha"
     median = "median"
+    pareto = "pareto"
     none = "none"
 
 
@@ -60,6 +62,15 @@ class LatencySection:
 
 
 @dataclass
+class ConfirmSection:
+    """A confirmation at the end of the sweep (`archsearch.sweep.retrain`): the front and `n`
+    trials spread over the ranking trained at `factor` x the budget (0: none)."""
+
+    factor: float = 0.0
+    n: int = 4
+
+
+@dataclass
 class SweepConfig:
     search_space: str = MISSING
     space_file: str | None = MISSING
@@ -77,8 +88,10 @@ class SweepConfig:
     budget: str | None = MISSING
     max_failures: int = MISSING
     reference: list[float] | None = MISSING
+    replicates: int | None = None  # seeds per front architecture (None: the space's, else 1)
     train: dict[str, Any] = field(default_factory=dict)  # checked by TrainConfig.from_dict
     storage: StorageSection = field(default_factory=StorageSection)
     ray: RaySection = field(default_factory=RaySection)
     latency: LatencySection = field(default_factory=LatencySection)
+    confirm: ConfirmSection = field(default_factory=ConfirmSection)
     trainable: str = MISSING

@@ -52,6 +52,7 @@ class SweepState:
     pending_duplicates: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     exhausted: bool = False
     es_metric: str | None = None
+    stop_reasons: dict[str, str] = field(default_factory=dict)  # tune id -> why a rule stopped it
     measure: Any = None  # callable(arch_dict) -> ObjectRef, for latency.mode=measured
     placement: dict[str, Any] = field(default_factory=dict)  # workers, cpus, gpus per worker
     on_change: Any = None  # progress callback: on_change(state, event, launched)
@@ -64,7 +65,7 @@ class SweepState:
 
     @property
     def training_labels(self) -> list[str]:
-        return [s.label for s in self.objective_specs if s.phase == "train"]
+        return sorted({s.measured.label for s in self.objective_specs if s.phase == "train"})
 
     @property
     def done(self) -> bool:

@@ -8,9 +8,13 @@ They follow the contract of `archsearch.sweep.trainable.sandbox` (intermediate r
 synthetic validation loss from the architecture instead of training it, so a sweep's
 bookkeeping (early stopping, faults, resume, clusters) can be checked in seconds:
 
-- `synthetic`: loss = 2 + 40 / sqrt(non-embedding params) + a fixed offset from the hash,
-  shrinking towards its final value over the eval points; `ARCHSEARCH_SYNTHETIC_SLEEP` seconds
-  (default 0.05) between eval points;
+- `synthetic`: loss = 2 + 40 / sqrt(non-embedding params) + a fixed offset from the hash at
+  seed 0 and a budget of `REFERENCE_TOKENS` tokens (any budget that is not in tokens counts as
+  that), shrinking towards its final value over the eval points; another seed adds a fixed
+  offset of at most +-0.025 per (architecture, seed), and a token budget T adds
+  gap(arch) x ((REFERENCE_TOKENS / T)^0.3 - 1), the gap differing between architectures, so
+  replicates and confirmations at a larger budget can reorder them;
+  `ARCHSEARCH_SYNTHETIC_SLEEP` seconds (default 0.05) between eval points;
 - `faulty`: like `synthetic`, but the trial's number in the study picks a fault (`fault_of`):
   raise an exception, end with a non-finite loss, run out of memory (a real allocation
   failure), have its worker process killed (SIGKILL, as the OOM killer does), or succeed.
@@ -36,13 +40,32 @@ def fault_of(trial_number: int) -> str:
     return FAULTS[trial_number % len(FAULTS)]
 
 
-def synthetic_loss(arch_dict: dict[str, Any]) -> float:
+REFERENCE_TOKENS = 1e6  # the token budget at which `synthetic_loss` is the plain formula
+
+
+def synthetic_loss(arch_dict: dict[str, Any], train: dict[str, Any] | None = None) -> float:
+    """The synthetic final validation loss of an architecture trained with `train` (a
+    TrainConfig dict: its seed and token budget; None: seed 0 at `REFERENCE_TOKENS`)."""
+    import hashlib
+
     from archsearch.arch import ArchConfig
     from archsearch.cost import columns, params
 
     arch = ArchConfig.from_dict(arch_dict)
-    n = float(params(columns(arch))["non_embedding_params"][0])
-    return 2.0 + 40.0 / math.sqrt(max(n, 1.0)) + (int(arch.arch_hash, 16) % 97) / 970.0
+    n = max(float(params(columns(arch))["non_embedding_params"][0]), 1.0)
+    h = int(arch.arch_hash, 16)
+    loss = 2.0 + 40.0 / math.sqrt(n) + (h % 97) / 970.0
+    seed = int((train or {}).get("seed", 0))
+    if seed:
+        digest = hashlib.sha256(f"{arch.arch_hash}:{seed}".encode()).digest()
+        loss += (int.from_bytes(digest[:4], "big") % 100 - 49.5) / 2000.0  # never 0
+    budget = str((train or {}).get("budget", ""))
+    if budget.startswith("tokens:"):
+        from archsearch.trainers.config import parse_budget
+
+        gap = 10.0 / math.sqrt(n) * (1.0 + (h % 13) / 13.0)
+        loss += gap * ((REFERENCE_TOKENS / parse_budget(budget).amount) ** 0.3 - 1.0)
+    return loss
 
 
 def _run(config: dict[str, Any], fault: str) -> None:
@@ -53,8 +76,9 @@ def _run(config: dict[str, Any], fault: str) -> None:
 
     started = time.time()
     sleep = float(os.environ.get("ARCHSEARCH_SYNTHETIC_SLEEP", "0.05"))
-    final = synthetic_loss(config["arch"])
+    final = synthetic_loss(config["arch"], config.get("train"))
     node = node_id()
+    evals = []
     for i, fraction in enumerate((0.25, 0.5, 0.75)):
         time.sleep(sleep)
         if fault == "raise" and i == 1:
@@ -66,6 +90,9 @@ def _run(config: dict[str, Any], fault: str) -> None:
         if fault == "kill" and i == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         loss = final * (1 + 0.5 * (1 - fraction))
+        evals.append(
+            {"fraction": fraction, "step": i + 1, "tokens": 1000 * (i + 1), "val_loss": loss}
+        )
         tune.report(
             {
                 "val_loss": loss,
@@ -89,7 +116,8 @@ def _run(config: dict[str, Any], fault: str) -> None:
         "steps": 4,
         "budget": "tokens:4000",
         "curve": [[1, 1000, final * 1.3], [4, 4000, final]],
-        "evals": [],
+        "evals": [*evals, {"fraction": 1.0, "step": 4, "tokens": 4000, "val_loss": final}],
+        "config": config.get("train", {}),
         "execution": {
             "device": "cpu",
             "workers": 1,

@@ -1,0 +1,312 @@
+"""Learning-curve extrapolation: the validation loss a recipe would reach at another budget.
+
+The law is the learning-rate-annealing scaling law of Tissue et al. (2024, "Scaling Law with
+Learning Rate Annealing", arXiv:2408.11029, eq. 1):
+
+    L(s) = L0 + A * S1(s)^(-alpha) - C * S2(s)
+
+where, after s optimizer steps with learning rates eta_1..eta_s (in units of the peak rate),
+S1(s) = sum_k eta_k is the forward area and S2(s) = sum_k m_k the annealing area, with
+m_k = lambda * m_(k-1) + (eta_(k-1) - eta_k) (momentum lambda = 0.999, the paper's value). It
+is a law in training steps (tokens, at a fixed batch) that takes the schedule into account: the
+eval points of a cosine run part-way through its schedule (high learning rate, no cooldown yet)
+and the last point of a longer run (after its cooldown) lie on one curve. A plain power law in
+tokens fitted to the eval points of one cosine run would read the cooldown's drop as data
+scaling; this is why this law was chosen.
+
+Which parameters are whose (a choice, measured in `benchmarks/bench_loss_axis.py`): fitted to one
+sandbox run alone (78 steps on `search_small`), all four are not identified and a 10x
+extrapolation misses by 16-60%. So the shape `(L0, alpha, C)` is shared by the trials of a
+study (one recipe, one corpus) and fitted jointly on all their curves, including the curves of
+confirmation runs at larger budgets (`archsearch confirm`), which are what pins the shape down
+beyond the sandbox; each architecture has its own amplitude `A`. A trial's prediction then
+needs only its own eval points. Without a fitted shape the `PRIOR` is used: the shape fitted on
+the `search_small` ground truth (byte-level stdlib corpus, cosine schedule).
+
+Every prediction carries a 1-sigma error: the shape's measured relative error (leave-one-out:
+predicting a confirmation run's final loss from the other runs, or, within a run, its last eval
+point from the earlier ones) times the value, combined with the trial's own fit residual.
+Eval points before 20% of a run are left out (the warm-up transient is not on the law).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from archsearch.trainers.config import TrainConfig, parse_budget
+
+__all__ = [
+    "PRIOR",
+    "CurveShape",
+    "Prediction",
+    "Run",
+    "fit_shape",
+    "planned_steps",
+    "predict_final",
+    "predict_loss",
+]
+
+MOMENTUM = 0.999  # lambda of the annealing area (Tissue et al. 2024)
+MIN_FRACTION = 0.2  # eval points before this share of a run are not fitted
+ALPHAS = np.linspace(0.02, 1.5, 75)  # the exponent's grid (the rest is linear given alpha)
+MAX_RUNS = 400  # runs a shape is fitted on (a seeded sample of larger studies)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    value: float  # predicted validation loss, nats/token
+    std: float  # its 1-sigma error, nats/token
+    law: str  # the fitted law, named
+
+
+@dataclass(frozen=True)
+class CurveShape:
+    """The part of the law a study's trials share, and how well it predicts."""
+
+    floor: float  # L0, nats/token
+    alpha: float
+    anneal: float  # C
+    across_budgets: float  # relative 1-sigma error predicting a larger budget
+    within_run: float  # relative 1-sigma error predicting the end of a run from its start
+    source: str  # what it was fitted on
+
+
+# fitted on benchmarks/results/loss_axis_truth.jsonl + search_truth.json (search_small: 40
+# architectures at 160K tokens, and at 1.6M); errors are its leave-one-out figures
+PRIOR = CurveShape(
+    floor=0.288,
+    alpha=0.22,
+    anneal=0.00064,
+    across_budgets=0.068,
+    within_run=0.029,
+    source="prior: search_small ground truth (byte-level stdlib corpus, cosine schedule)",
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run's validation points, for fitting: `key` names the architecture (its
+    runs at several budgets share an amplitude)."""
+
+    key: str
+    steps: np.ndarray  # optimizer steps of the eval points
+    losses: np.ndarray  # validation loss there, nats/token
+    total: int  # planned steps of the run
+    train: TrainConfig
+
+    @classmethod
+    def of(cls, key: str, evals: Sequence[Mapping[str, Any]], train: Any) -> Run:
+        """A run from eval points (dicts with `step` and `val_loss`, as a trial reports and
+        stores them) and its training settings (a TrainConfig or its dict)."""
+        cfg = train if isinstance(train, TrainConfig) else _config(train)
+        total = planned_steps(cfg, evals)
+        pts = [
+            (int(e["step"]), float(e["val_loss"]))
+            for e in evals
+            if e.get("val_loss") is not None
+            and math.isfinite(float(e["val_loss"]))
+            and 0 < int(e["step"]) <= total
+        ]
+        kept = [p for p in pts if p[0] >= MIN_FRACTION * total] or pts[-1:]
+        if not kept:
+            raise ValueError("no finite validation point to fit")
+        steps, losses = zip(*sorted(kept))
+        return cls(key, np.array(steps), np.array(losses), total, cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_of(text: str) -> TrainConfig:
+    return TrainConfig.from_dict(json.loads(text))
+
+
+def _config(train: Mapping[str, Any]) -> TrainConfig:
+    """A TrainConfig of a dict (a study's trials share one: built once)."""
+    return _config_of(json.dumps(dict(train), sort_keys=True, default=str))
+
+
+def planned_steps(train: TrainConfig, evals: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Optimizer steps a run of `train` takes (its budget over tokens per step; a FLOPs budget
+    through the FLOPs per token its eval points show). ValueError for a time budget, whose
+    steps are known only once it ran."""
+    budget = parse_budget(train.budget)
+    per_step = train.batch_size * train.seq_len
+    if budget.kind == "steps":
+        return int(budget.amount)
+    if budget.kind == "tokens":
+        return int(budget.amount // per_step)
+    if budget.kind == "flops":
+        fpt = [e["flops"] / e["tokens"] for e in evals if e.get("flops") and e.get("tokens")]
+        if not fpt:
+            raise ValueError("a FLOPs budget needs eval points with flops and tokens")
+        return int(budget.amount / fpt[0] // per_step)
+    raise ValueError(f"a {budget.kind} budget has no step count before it runs")
+
+
+def _areas(train: TrainConfig, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """S1 and S2 after each step 1..total of a run of `train` planned for `total` steps."""
+    from scipy.signal import lfilter
+
+    schedule = train.lr_schedule
+    eta = np.array([schedule(k / total) for k in range(1, total + 1)]) / schedule.lr
+    drop = np.maximum(np.concatenate([[0.0], eta[:-1] - eta[1:]]), 0.0)
+    momentum = lfilter([1.0], [1.0, -MOMENTUM], drop)
+    return np.cumsum(eta), np.cumsum(momentum)
+
+
+_AREAS: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _areas_at(run: Run, steps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    sched = run.train.lr_schedule
+    key = (sched, run.total)
+    if key not in _AREAS:
+        if len(_AREAS) > 256:
+            _AREAS.clear()
+        _AREAS[key] = _areas(run.train, run.total)
+    s1, s2 = _AREAS[key]
+    idx = (run.steps if steps is None else steps) - 1
+    return s1[idx], s2[idx]
+
+
+def _stack(runs: Sequence[Run]):
+    """The runs' points as arrays: S1, S2, loss, and the index of each point's key."""
+    keys = sorted({r.key for r in runs})
+    col = {k: i for i, k in enumerate(keys)}
+    parts = [(*_areas_at(r), r.losses, np.full(len(r.steps), col[r.key])) for r in runs]
+    s1, s2, y, who = (np.concatenate(x) for x in zip(*parts))
+    return keys, s1, s2, y, who.astype(int)
+
+
+def _fit(runs: Sequence[Run], shape: CurveShape | None = None):
+    """Least squares of the law over `runs`: the best alpha on the grid (or the shape's), and
+    given it, linearly, the shared (L0, C) (unless `shape` fixes them) and one amplitude per
+    key (eliminated in closed form: each key's amplitude is a projection on its own points).
+    Returns (alpha, (sum of squares, L0, C, {key: A}))."""
+    keys, s1, s2, y, who = _stack(runs)
+    n = len(keys)
+    best = None
+    for alpha in [shape.alpha] if shape else ALPHAS:
+        x = s1 ** -float(alpha)
+        xx = np.bincount(who, x * x, n)
+        if shape:
+            floor, anneal = shape.floor, shape.anneal
+        else:  # (L0, C) on what the amplitudes leave: each column minus its per-key fit on x
+            Z = np.stack([np.ones_like(y), -s2, y], axis=1)
+            Z = (
+                Z
+                - x[:, None]
+                * (np.stack([np.bincount(who, x * z, n) for z in Z.T], axis=1) / xx[:, None])[who]
+            )
+            (floor, anneal), *_ = np.linalg.lstsq(Z[:, :2], Z[:, 2], rcond=None)
+        rest = y - floor + anneal * s2
+        amps = np.bincount(who, x * rest, n) / xx
+        resid = rest - amps[who] * x
+        sse = float(resid @ resid)
+        if best is None or sse < best[1][0]:
+            amp_of = {k: float(a) for k, a in zip(keys, amps)}
+            best = (float(alpha), (sse, float(floor), float(anneal), amp_of))
+    assert best is not None
+    return best
+
+
+def _value(run: Run, floor: float, anneal: float, alpha: float, amp: float) -> float:
+    s1, s2 = _areas_at(run, np.array([run.total]))
+    return float(floor + amp * s1[0] ** -alpha - anneal * s2[0])
+
+
+def fit_shape(runs: Sequence[Run], *, source: str = "") -> CurveShape:
+    """The shape shared by `runs` (a study's trained and confirmation runs), with its errors
+    measured leave-one-out: each run at a larger budget than its key's smallest is predicted
+    from the others (across budgets), and each run's last eval point from its earlier ones
+    (within a run). Errors fall back to the prior's where there is nothing to hold out."""
+    runs = list(runs)
+    if len(runs) > MAX_RUNS:
+        rng = np.random.default_rng(0)
+        runs = [runs[i] for i in sorted(rng.choice(len(runs), MAX_RUNS, replace=False))]
+    if sum(len(r.steps) for r in runs) < len({r.key for r in runs}) + 3:
+        raise ValueError("too few eval points to fit a shared curve shape")
+    alpha, (_, floor, anneal, _) = _fit(runs)
+    fitted = CurveShape(floor, alpha, anneal, PRIOR.across_budgets, PRIOR.within_run, source)
+    smallest: dict[str, int] = {}
+    for r in runs:
+        smallest[r.key] = min(smallest.get(r.key, r.total), r.total)
+    across = []
+    for i, r in enumerate(runs):
+        if r.total > smallest[r.key]:
+            rest = runs[:i] + runs[i + 1 :]
+            a, (_, f, c, amps) = _fit(rest)
+            if r.key in amps:
+                across.append(_value(r, f, c, a, amps[r.key]) / r.losses[-1] - 1.0)
+    within = []
+    for r in runs:
+        if len(r.steps) >= 3 and r.steps[-1] == r.total:
+            head = replace(r, steps=r.steps[:-1], losses=r.losses[:-1])
+            got = predict_final_run(head, fitted)
+            within.append(got / r.losses[-1] - 1.0)
+    return replace(
+        fitted,
+        across_budgets=_rms(across) if across else PRIOR.across_budgets,
+        within_run=_rms(within) if within else PRIOR.within_run,
+        source=source or f"fitted on {len(runs)} runs ({len(across)} at a larger budget)",
+    )
+
+
+def _rms(errors: Sequence[float]) -> float:
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def predict_final_run(run: Run, shape: CurveShape) -> float:
+    """The loss at the end of `run` (its planned steps) from its points, given `shape`."""
+    _, (_, floor, anneal, amps) = _fit([run], shape)
+    return _value(run, floor, anneal, shape.alpha, amps[run.key])
+
+
+def _prediction(run: Run, target: Run, shape: CurveShape, relative: float) -> Prediction:
+    _, (sse, floor, anneal, amps) = _fit([run], shape)
+    value = _value(target, floor, anneal, shape.alpha, amps[run.key])
+    if not math.isfinite(value):
+        raise ValueError("the fitted curve has no finite value at the target")
+    noise = math.sqrt(sse / max(1, len(run.steps) - 1))
+    std = math.hypot(relative * value, noise)
+    return Prediction(value, std, f"annealing law, alpha {shape.alpha:.2f} ({shape.source})")
+
+
+def predict_loss(
+    curve: Mapping[str, Any],
+    train: Mapping[str, Any] | TrainConfig,
+    target_budget: str,
+    *,
+    shape: CurveShape | None = None,
+) -> Prediction:
+    """Validation loss of the same recipe trained on `target_budget` (e.g. "tokens:1.6M"; its
+    schedule spans the whole target), from a trained trial's stored `curve`
+    ({"evals": [...], "train": [...]}) and the TrainConfig it trained with."""
+    run = Run.of("trial", curve.get("evals") or [], train)
+    target_cfg = replace(run.train, budget=target_budget)
+    total = planned_steps(target_cfg, curve.get("evals") or [])
+    if total < 1:
+        raise ValueError(f"the target budget {target_budget} buys no optimizer step")
+    target = Run("trial", np.array([total]), np.array([np.nan]), total, target_cfg)
+    shape = shape or PRIOR
+    relative = shape.within_run if total <= run.total else shape.across_budgets
+    return _prediction(run, target, shape, relative)
+
+
+def predict_final(
+    evals: Sequence[Mapping[str, Any]],
+    train: Mapping[str, Any] | TrainConfig,
+    *,
+    shape: CurveShape | None = None,
+) -> Prediction:
+    """Validation loss this run will reach at the end of its own budget, from the eval points
+    so far (dicts with `step` and `val_loss`, as the trainable reports them)."""
+    run = Run.of("trial", evals, train)
+    target = replace(run, steps=np.array([run.total]), losses=np.array([np.nan]))
+    return _prediction(run, target, shape or PRIOR, (shape or PRIOR).within_run)
