@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from archsearch.metrics import MetricSpec
 from archsearch.study import StudyMeta, open_storage, records
 from archsearch.sweep.pareto_stopping import (
+    RUNG_MARGIN,
     Dominator,
     dominator,
     non_dominated,
@@ -123,6 +124,9 @@ def test_objectives_the_prediction_does_not_cover_give_no_bound():
     # a maximised loss objective is mirrored: the optimistic value is value + 2 std
     up = optimistic_vector([LOSS, DECODE], ["maximize", "minimize"], 2.0, 0.1, {DECODE.label: 1})
     assert up[0] == 2.0 + 0.2
+    # a loss predicted at another budget is not this run's final loss: no bound either
+    at_10x = optimistic_vector([MetricSpec.parse("val_loss[tokens=1.6M]")], ["minimize"], 2, 0, {})
+    assert at_10x == [-math.inf]
 
 
 def test_reason_names_the_prediction_and_the_dominating_trial():
@@ -140,6 +144,10 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "benchmarks" / "spaces" / "search_small.yaml"
 TRUTH = REPO / "benchmarks" / "results" / "search_truth.json"
 EXE = str(Path(sys.executable).with_name("archsearch"))
+RUNG_REASON = re.compile(
+    r"stopped by Pareto-aware early stopping at (\d+)% of the budget: val_loss (\S+) "
+    r"nats/token there, more than 2% above trial (\d+)'s at the same point \((\S+)\)"
+)
 REASON = re.compile(
     r"stopped by Pareto-aware early stopping at (\d+)% of the budget: predicted val_loss "
     r"(\S+) \+- (\S+) nats/token, dominated by trial (\d+) \(val_loss (\S+) nats/token, "
@@ -208,9 +216,22 @@ def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
     assert len(trained) == 12 and stopped, "nothing was stopped: the test exercises nothing"
     assert front.isdisjoint(r.attrs["arch_hash"] for r in stopped)
     for r in stopped:
-        m = REASON.match(r.reason)
-        assert m, r.reason
         assert r.state == "PRUNED" and r.values is None
+        rung = RUNG_REASON.match(r.reason)
+        if rung:  # a no-worse trial was more than 2% lower at the same eval point
+            fraction = float(rung[1]) / 100
+            assert fraction == pytest.approx(r.attrs["budget"]["fraction"])
+            by = truth[recs[int(rung[3])].attrs["arch_hash"]]
+            at = {e["fraction"]: e["val_loss"] for e in by["evals"]}
+            assert at[fraction] == pytest.approx(float(rung[4]), rel=1e-2)
+            assert float(rung[4]) < float(rung[2]) * (1 - RUNG_MARGIN) + 0.01
+            assert (
+                recs[int(rung[3])].attrs["device_costs"]["rpi5"][latency]
+                <= (r.attrs["device_costs"]["rpi5"][latency])
+            )
+            continue
+        m = REASON.match(r.reason)  # its predicted final loss is dominated by the front
+        assert m, r.reason
         assert int(m[1]) == round(100 * r.attrs["budget"]["fraction"]) < 100
         by = recs[int(m[4])]
         assert by.fully_trained and math.isclose(by.values[0], float(m[5]), rel_tol=1e-2)
@@ -222,14 +243,51 @@ def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
 def test_a_trial_whose_curve_cannot_be_fitted_goes_on(tmp_path):
     """predict_final raises ValueError (a time budget has no step count before it runs; no
     finite point): the rule lets the trial go on instead of judging it."""
-    from archsearch.sweep.pareto_stopping import ParetoStopping
+    from archsearch.sweep.pareto_stopping import ParetoRule
     from archsearch.sweep.state import SweepState
 
-    def rule(train: dict) -> ParetoStopping:
+    def rule(train: dict) -> ParetoRule:
         state = SweepState(None, None, "rpi5", [], train, tmp_path, target=1)  # type: ignore[arg-type]
-        return ParetoStopping(state, "val_loss", "min")
+        return ParetoRule(state)
 
     point = {"step": 20.0, "fraction": 0.25, "val_loss": 2.9}
     assert rule({"budget": "time:60s"}).judge(None, [point], 0.25) is None  # type: ignore[arg-type]
     nan = {**point, "val_loss": math.nan}
     assert rule({"budget": "tokens:160K"}).judge(None, [nan], 0.25) is None  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrivals=st.lists(st.tuples(st.floats(1.0, 4.0), st.floats(0.1, 10.0)), min_size=2, max_size=8)
+)
+def test_the_same_rung_test_stops_only_what_a_no_slower_trial_clearly_beats(
+    arrivals, tmp_path_factory
+):
+    """Trials reach the 25% eval point in order with (loss there, decode ms): each is stopped
+    exactly when an earlier arrival is no slower and more than RUNG_MARGIN lower in loss."""
+    from types import SimpleNamespace
+
+    from archsearch.sweep.pareto_stopping import ParetoRule
+    from archsearch.sweep.state import SweepState
+
+    space = SimpleNamespace(
+        objectives=[
+            SimpleNamespace(spec=LOSS, direction="minimize"),
+            SimpleNamespace(spec=DECODE, direction="minimize"),
+        ]
+    )
+    state = SweepState(None, space, "rpi5", [], {}, tmp_path_factory.mktemp("r"), target=1)  # type: ignore[arg-type]
+    rule = ParetoRule(state)
+    for i, (loss, ms) in enumerate(arrivals):
+        launched = SimpleNamespace(
+            optuna_trial=SimpleNamespace(number=i), costs={DECODE.label: ms}, measure_ref=None
+        )
+        reason = rule.judge_rung(launched, loss, 0.25)  # type: ignore[arg-type]
+        beaten = [
+            j
+            for j, (l2, ms2) in enumerate(arrivals[:i])
+            if ms2 <= ms and l2 < loss * (1 - RUNG_MARGIN)
+        ]
+        assert (reason is not None) == bool(beaten)
+        if reason:
+            assert f"trial {beaten[0]}'s at the same point" in reason

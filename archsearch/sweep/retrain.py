@@ -457,9 +457,11 @@ def after_sweep(
     resources: Resources,
     run_dir: Path,
     verbose: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """After a sweep's search: its replicates (`replicates` > 1) and its confirmation
-    (`factor` > 0), those not stored yet, in one Tune run; returns what `sweep.json` reports."""
+    (`factor` > 0), those not stored yet, in one Tune run; returns what `sweep.json` reports.
+    `say(line)` is told what is about to train and of each job as it ends (progress)."""
     from archsearch.study import StudyMeta
 
     meta = StudyMeta.from_study(writer.study)
@@ -474,6 +476,33 @@ def after_sweep(
         else [],
     }
     todo = pending([*wanted[Status.REPLICATE], *wanted[Status.CONFIRMATION]], records)
+    on_end = None
+    if say is not None and todo:
+        reps = [j for j in todo if j.status == Status.REPLICATE]
+        confs = [j for j in todo if j.status == Status.CONFIRMATION]
+        parts = []
+        if reps:
+            trials = ", ".join(map(str, sorted({j.source for j in reps})))
+            seeds = ", ".join(map(str, sorted({j.seed for j in reps})))
+            parts.append(f"{len(reps)} replicates (trials {trials}, seeds {seeds})")
+        if confs:
+            parts.append(
+                f"{len(confs)} confirmations at {factor:g}x the budget (trials "
+                f"{', '.join(map(str, sorted({j.source for j in confs})))})"
+            )
+        say(f"retraining: {' and '.join(parts)}")
+        ended_count = [0]
+
+        def on_end(job: RetrainJob, status: Status, reason: str) -> None:
+            ended_count[0] += 1
+            what = (
+                f"replicate of trial {job.source} (seed {job.seed})"
+                if job.status == Status.REPLICATE
+                else f"confirmation of trial {job.source} ({job.budget_factor:g}x)"
+            )
+            outcome = reason if status == Status.FAILED else "trained"
+            say(f"{what} {outcome} | {ended_count[0]} of {len(todo)} retrained")
+
     ended = run_jobs(
         writer,
         todo,
@@ -482,6 +511,7 @@ def after_sweep(
         resources=resources,
         run_dir=run_dir,
         verbose=verbose,
+        on_end=on_end,
     )
     out = {}
     for kind, key in ((Status.REPLICATE, "replicated"), (Status.CONFIRMATION, "confirmed")):

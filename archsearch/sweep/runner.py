@@ -126,10 +126,10 @@ def make_scheduler(
     if kind == EarlyStopping.none or metric is None:
         return None
     if kind == EarlyStopping.pareto:
-        from archsearch.sweep.pareto_stopping import ParetoStopping
+        from archsearch.sweep.pareto_stopping import create_scheduler
 
         assert state is not None, "Pareto-aware early stopping reads the sweep's state"
-        return ParetoStopping(state, metric, mode)
+        return create_scheduler(state, metric, mode)
     from ray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 
     if kind == EarlyStopping.asha:
@@ -365,6 +365,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
                     resources=Resources.of(cfg),
                     run_dir=run_dir,
                     verbose=cfg.ray.verbose,
+                    say=_say_to(sys.stdout if cfg.format == "table" else sys.stderr),
                 )
             except KeyboardInterrupt:
                 interrupted = True
@@ -394,6 +395,15 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             f"first when the same command is run again"
         )
     return summary
+
+
+def _say_to(stream):
+    """A progress line printer: `HH:MM:SS text`, flushed (a log file shows it at once)."""
+
+    def say(text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {text}", file=stream, flush=True)
+
+    return say
 
 
 def _outcome(state: SweepState, trained_before: int, interrupted: bool) -> str:
