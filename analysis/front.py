@@ -87,11 +87,12 @@ def _training_value(
     return None
 
 
-def predict_axes(records: list[TrialRecord], labels: list[str], train: dict) -> None:
+def predict_axes(records: list[TrialRecord], labels: list[str], train: dict, curves=None) -> None:
     """Fill in `attrs["predicted"]` for the trained trials that lack a predicted loss asked for
     as an axis (`val_loss[tokens=100M]` on a study that did not optimise it), from their
-    stored curves and the study's training settings. A curve that cannot be fitted leaves
-    the trial without a value on that axis."""
+    stored curves (`curves()`: trial number -> curve, read only when needed) and the study's
+    training settings. A curve that cannot be fitted leaves the trial without a value on that
+    axis."""
     wanted = []
     for label in labels:
         try:
@@ -100,24 +101,28 @@ def predict_axes(records: list[TrialRecord], labels: list[str], train: dict) -> 
             continue
         if spec.predicted_at is not None:
             wanted.append(spec)
-    if not wanted or not train:
+    todo = [
+        r
+        for r in records
+        if r.fully_trained and any(s.label not in (r.attrs.get("predicted") or {}) for s in wanted)
+    ]
+    if not todo or not train:
         return
     from archsearch.trainers.extrapolate import predict_loss
 
-    for r in records:
-        if not r.fully_trained:
-            continue
+    stored_curves = curves() if curves is not None else {}
+    for r in todo:
         stored = dict(r.attrs.get("predicted") or {})
-        missing = [s for s in wanted if s.label not in stored]
-        curve = r.attrs.get("curve") if missing else None
-        for spec in missing if isinstance(curve, dict) else []:
+        curve = stored_curves.get(r.number) or r.attrs.get("curve")
+        for spec in wanted if isinstance(curve, dict) else []:
+            if spec.label in stored:
+                continue
             try:
                 got = predict_loss(curve, train, spec.predicted_at)
             except ValueError:
                 continue
             stored[spec.label] = {"value": got.value, "std": got.std, "law": got.law}
-        if missing:
-            r.attrs["predicted"] = stored
+        r.attrs["predicted"] = stored
 
 
 _COST_CACHE: dict[tuple[str, str], float] = {}

@@ -58,11 +58,24 @@ def front_columns(p: Pareto) -> list[tuple[str, str]]:
         ("family", "family"),
         ("attention_share", "attn share"),
         *[(a.label, a.label) for a in p.axes],
+        *[
+            (f"{a.label}:predicted_std", "predicted +-1 sigma")
+            for a in p.axes
+            if _predicted(a.label)
+        ],
         *seed_columns(p),
         ("params", "params"),
         ("active_params", "active"),
         (p.kv_label, f"KV/state @{kv.get('context', '?')} ({kv.get('bits', 16)}-bit)"),
     ]
+
+
+def _predicted(label: str) -> bool:
+    """Whether an axis is a loss predicted at another budget (`val_loss[tokens=100M]`)."""
+    try:
+        return MetricSpec.parse(label).predicted_at is not None
+    except ValueError:
+        return False
 
 
 def seed_columns(p: Pareto) -> list[tuple[str, str]]:
@@ -114,7 +127,7 @@ def format_cell(label: str, v: Any) -> str:
         return (shown + (f" +{len(v) - 3} more" if len(v) > 3 else "")) if v else "-"
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
-    if label.endswith(":std_error"):
+    if label.endswith((":std_error", ":predicted_std")):
         return f"+-{v:.2g}"
     if label.endswith(":seeds"):
         return str(int(v))

@@ -33,7 +33,7 @@ from archsearch.analysis.noise import SeedNoise, noise_aware_front, seed_noise
 from archsearch.analysis.proxies import Proxies, proxies
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
-from archsearch.study import StudyData, TrialRecord, redact
+from archsearch.study import StudyData, TrialRecord, load, redact
 
 
 @dataclass
@@ -105,6 +105,11 @@ class Pareto:
             "active_params": value_of(r, "active_params", objectives),
             self.kv_label: value_of(r, self.kv_label, objectives),
             **self.seed_cells(r),
+            **{
+                f"{label}:predicted_std": got.get("std")
+                for label, got in (r.attrs.get("predicted") or {}).items()
+                if label in {a.label for a in self.axes} and isinstance(got, dict)
+            },
         }
 
     def seed_cells(self, r: TrialRecord) -> dict[str, Any]:
@@ -212,7 +217,14 @@ def analyse(
 ) -> Pareto:
     """The front of `data` on `device` over `axes` (see the module docstring)."""
     data.require_trained()
-    predict_axes(data.records, [a.label for a in axes], dict(data.meta.get("train") or {}))
+    predict_axes(
+        data.records,
+        [a.label for a in axes],
+        dict(data.meta.get("train") or {}),
+        curves=lambda: {
+            r.number: r.attrs.get("curve") for r in load(data.url, data.name, series=True).records
+        },
+    )
     trained, values, mask = front(data.records, axes, data.objectives)
     noise = seed_noise(trained, values, axes, data.records, data.objectives)
     ties: dict[int, list[int]] = {}

@@ -151,3 +151,44 @@ def test_the_sweep_stores_a_predicted_objective_with_its_error():
     assert training_value(MetricSpec.parse("val_loss"), res, {}) == evals[-1]["val_loss"]
     with pytest.raises(ValueError):
         training_value(spec, {**res, "evals": []}, {})
+
+
+def test_a_predicted_loss_is_an_axis_of_any_trained_study_with_its_error(tmp_path):
+    """`pareto y=val_loss@tokens:1.6M` on a study that optimised the sandbox loss: each
+    trained trial's loss predicted from its stored curve, its error in the table."""
+    import optuna
+
+    from archsearch.analysis.front_table import front_columns
+    from archsearch.analysis.pareto import analyse, choose_axes
+    from archsearch.space import load_space, sample
+    from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage
+    from archsearch.sweep.pricing import price
+
+    space = load_space("tiny")
+    priced = [price(space, ["rpi5"], "rpi5", c.arch) for c in sample(space, 4, 0).candidates]
+    meta = StudyMeta(
+        objectives=["val_loss", "params"],
+        directions=["minimize", "minimize"],
+        device="rpi5",
+        train=train_of(160_000),
+        devices=["rpi5"],
+    )
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    writer, _ = StudyWriter.create_or_open(open_storage(url), "pred", meta)
+    curves = []
+    for k, p in enumerate(priced):
+        curves.append({"evals": law_curve(160_000, 1.0, 0.3, 0.002, 2.0 + 0.5 * k)})
+        values = [curves[-1]["evals"][-1]["val_loss"], p.costs["params"]]
+        writer.add_finished(Status.TRAINED, "", {**p.attrs(), "curve": curves[-1]}, values)
+    data = load(url)
+    label = "val_loss[tokens=1.6M]"
+    axes, _ = choose_axes(data, "rpi5", "params", "val_loss@tokens:1.6M", None)
+    assert [a.label for a in axes] == ["params", label]
+    front = analyse(data, "rpi5", axes, is_default=False)
+    for r, v in zip(front.trained, front.values):
+        expected = predict_loss(curves[r.number], train_of(160_000), "tokens:1.6M")
+        assert v[1] == pytest.approx(expected.value)
+        row = front.row(r, v)
+        assert row[f"{label}:predicted_std"] == pytest.approx(expected.std)
+    assert (f"{label}:predicted_std", "predicted +-1 sigma") in front_columns(front)
