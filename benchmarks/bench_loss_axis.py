@@ -51,18 +51,29 @@ def loss(result: dict) -> float:
 def seed_figures(runs: dict, space: str, budget: str) -> dict | None:
     """Kendall tau between every pair of seeds at one budget (over the architectures both
     trained), and the pooled standard deviation over seeds."""
-    seeds = sorted(s for (sp, b, s) in runs if sp == space and b == budget)
+    min_archs = 3  # a seed counts once it trained this many architectures
+    seeds = sorted(
+        seed
+        for (sp, b, seed), got in runs.items()
+        if sp == space and b == budget and len(got) >= min_archs
+    )
     if len(seeds) < 2:
         return None
     taus = []
     for a, b in itertools.combinations(seeds, 2):
         common = sorted(set(runs[(space, budget, a)]) & set(runs[(space, budget, b)]))
+        if len(common) < min_archs:
+            continue
         x = [loss(runs[(space, budget, a)][h]) for h in common]
         y = [loss(runs[(space, budget, b)][h]) for h in common]
         taus.append(float(stats.kendalltau(x, y).statistic))
-    archs = set.intersection(*(set(runs[(space, budget, s)]) for s in seeds))
-    per_arch = np.array([[loss(runs[(space, budget, s)][h]) for s in seeds] for h in archs])
-    pooled = float(np.sqrt(np.mean(np.var(per_arch, axis=1, ddof=1))))
+    archs = set.union(*(set(runs[(space, budget, s)]) for s in seeds))
+    spreads = []  # each architecture's sample variance over the seeds it has, with its dof
+    for h in archs:
+        got = [loss(runs[(space, budget, s)][h]) for s in seeds if h in runs[(space, budget, s)]]
+        if len(got) >= 2:
+            spreads.append((np.var(got, ddof=1), len(got) - 1))
+    pooled = float(np.sqrt(sum(v * d for v, d in spreads) / sum(d for _, d in spreads)))
     return {
         "budget": budget,
         "seeds": seeds,

@@ -255,6 +255,16 @@ def main() -> None:
             "stopped_early": stopped,
             "stopped_on_true_front": stopped_on_front,
         }
+    out = HERE / "results" / "search_efficiency.json"
+    if out.exists():  # strategies not run this time keep their figures from the same setting
+        before = json.loads(out.read_text())
+        if (before.get("seeds"), before.get("trials")) == (args.seeds, args.trials):
+            kept = {k: before[k] for k in STRATEGIES if k in before and k not in results}
+            results = {
+                k: results[k] if k in results else kept[k]
+                for k in STRATEGIES
+                if k in results or k in kept
+            }
     print(
         "\nmean hypervolume fraction (min over seeds) at a share of the compute of training every "
         "candidate once:"
@@ -265,7 +275,6 @@ def main() -> None:
         lows = [min(r["hv_fraction_by_seed"][f"{s:.0%}"]) for s in shares]
         cells = [f"{m:.3f} ({lo:.3f})" for m, lo in zip(means, lows)]
         print(f"  {strategy:9s}  " + "  ".join(f"{c:>13s}" for c in cells))
-    out = HERE / "results" / "search_efficiency.json"
     out.write_text(
         json.dumps(
             {

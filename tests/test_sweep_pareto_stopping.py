@@ -146,7 +146,7 @@ TRUTH = REPO / "benchmarks" / "results" / "search_truth.json"
 EXE = str(Path(sys.executable).with_name("archsearch"))
 RUNG_REASON = re.compile(
     r"stopped by Pareto-aware early stopping at (\d+)% of the budget: val_loss (\S+) "
-    r"nats/token there, more than 2% above trial (\d+)'s at the same point \((\S+)\)"
+    r"nats/token there, more than 4% above trial (\d+)'s at the same point \((\S+)\)"
 )
 REASON = re.compile(
     r"stopped by Pareto-aware early stopping at (\d+)% of the budget: predicted val_loss "

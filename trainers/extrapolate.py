@@ -81,11 +81,11 @@ class CurveShape:
 # fitted on benchmarks/results/loss_axis_truth.jsonl + search_truth.json (search_small: 40
 # architectures at 160K tokens, and at 1.6M); errors are its leave-one-out figures
 PRIOR = CurveShape(
-    floor=0.288,
-    alpha=0.22,
-    anneal=0.00064,
-    across_budgets=0.068,
-    within_run=0.029,
+    floor=0.054,
+    alpha=0.20,
+    anneal=0.00065,
+    across_budgets=0.085,
+    within_run=0.031,
     source="prior: search_small ground truth (byte-level stdlib corpus, cosine schedule)",
 )
 
