@@ -77,7 +77,7 @@ def seed_figures(runs: dict, space: str, budget: str) -> dict | None:
     return {
         "budget": budget,
         "seeds": seeds,
-        "architectures": len(archs),
+        "architectures": len(spreads),  # trained with two seeds or more
         "kendall_tau_between_seeds": float(np.mean(taus)),
         "pairs": taus,
         "pooled_seed_std_nats": pooled,

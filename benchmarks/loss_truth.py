@@ -109,6 +109,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default=None, help="SPACE:BUDGET:SEED")
+    ap.add_argument("--limit", type=int, default=None, help="the first N candidates (by hash)")
     args = ap.parse_args()
     plan = PLAN
     if args.only:
@@ -118,7 +119,8 @@ def main() -> None:
     jobs = []
     for space_name, budget, seed in plan:
         train = space_of(space_name).train
-        for h, arch in candidates(space_name).items():
+        chosen = sorted(candidates(space_name).items())[: args.limit]
+        for h, arch in chosen:
             if (space_name, budget, seed, h) not in have:
                 jobs.append((space_name, budget, seed, arch.to_dict(), train))
     print(f"{len(jobs)} trials to train ({len(have)} cached)", flush=True)
