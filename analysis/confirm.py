@@ -247,7 +247,7 @@ def _extrapolate(data: StudyData, c: Confirmation, train: dict[str, Any]) -> Non
     confirmation measured."""
     from archsearch.trainers.extrapolate import predict_loss
 
-    curves = _curves(data, [t.trial for t in c.trials])
+    curves = data.curves([t.trial for t in c.trials])
     errors, within = [], []
     for t in c.trials:
         if t.val_loss is None:
@@ -279,9 +279,9 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     from archsearch.trainers.extrapolate import Run, fit_shape, predict_loss
 
     trained = [r.number for r in candidates(data.records) if r.number not in curves]
-    curves = {**curves, **_curves(data, trained[:SHAPE_RUNS])}
+    curves = {**curves, **data.curves(trained[:SHAPE_RUNS])}
     done = [t for t in c.trials if t.predicted is not None]
-    conf_curves = _curves(data, [t.confirmation for t in done])
+    conf_curves = data.curves([t.confirmation for t in done])
     confirm_train = {**train, "budget": c.budget}
     sandbox_runs, confirm_runs = [], {}
     for n, curve in curves.items():
@@ -310,24 +310,6 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     if errors:
         c.calibrated_mape_pct = float(np.mean(errors))
         c.calibrated_within_2sigma = float(np.mean(within))
-
-
-def _curves(data: StudyData, numbers: list[int]) -> dict[int, Any]:
-    """The stored `curve` of these trials (the study was read without its series), through
-    the storage's public API, one trial at a time."""
-    import json
-
-    if data.storage is None:
-        return {r.number: r.attrs.get("curve") for r in data.records if r.number in numbers}
-    study_id = data.storage.get_study_id_from_name(data.name)
-    out = {}
-    for n in numbers:
-        trial = data.storage.get_trial(
-            data.storage.get_trial_id_from_study_id_trial_number(study_id, n)
-        )
-        curve = trial.user_attrs.get("curve")
-        out[n] = json.loads(curve) if isinstance(curve, str) else curve
-    return out
 
 
 # ---- figures ----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from archsearch.analysis.noise import SeedNoise, noise_aware_front, seed_noise
 from archsearch.analysis.proxies import Proxies, proxies
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
-from archsearch.study import StudyData, TrialRecord, load, redact
+from archsearch.study import StudyData, TrialRecord, redact
 
 
 @dataclass
@@ -221,9 +221,7 @@ def analyse(
         data.records,
         [a.label for a in axes],
         dict(data.meta.get("train") or {}),
-        curves=lambda: {
-            r.number: r.attrs.get("curve") for r in load(data.url, data.name, series=True).records
-        },
+        curves=lambda: data.curves([r.number for r in data.trained]),
     )
     trained, values, mask = front(data.records, axes, data.objectives)
     noise = seed_noise(trained, values, axes, data.records, data.objectives)

@@ -26,7 +26,7 @@ from typing import Any
 from archsearch.analysis.front import value_of
 from archsearch.analysis.noise import is_training
 from archsearch.metrics import MetricSpec
-from archsearch.study import StudyData, TrialRecord, load
+from archsearch.study import StudyData, TrialRecord
 
 __all__ = ["EARLY_FRACTION", "Correlation", "Proxies", "cheap_signals", "early_loss", "proxies"]
 
@@ -134,23 +134,13 @@ def cheap_signals(r: TrialRecord) -> dict[str, float]:
     return out
 
 
-def _curves(data: StudyData, trained: list[TrialRecord]) -> dict[int, Any]:
-    """The stored loss curves of `trained`: from the records when they were read with them,
-    else read again (only the curve column is fetched for the whole study)."""
-    if all("curve" in r.attrs for r in trained):
-        return {r.number: r.attrs["curve"] for r in trained}
-    want = {r.number for r in trained}
-    full = load(data.url, data.name, series=True)
-    return {r.number: r.attrs.get("curve") for r in full.records if r.number in want}
-
-
 def proxies(data: StudyData, trained: list[TrialRecord]) -> Proxies:
     """The correlations of every training objective of `data` with every cheap signal, over
     `trained` (fully trained feasible trials)."""
     from scipy.stats import kendalltau, spearmanr
 
     signals = [cheap_signals(r) for r in trained]
-    curves = _curves(data, trained) if trained else {}
+    curves = data.curves([r.number for r in trained]) if trained else {}
     fractions = []
     for r, s in zip(trained, signals):
         early = early_loss(curves.get(r.number))

@@ -31,6 +31,20 @@ class StudyData:
     study: Any = field(repr=False, default=None)
     storage: Any = field(repr=False, default=None)
     version: tuple | None = None  # `current_version()` when read
+    _curves: dict[int, Any] | None = field(default=None, repr=False, compare=False)
+
+    def curves(self, numbers: list[int]) -> dict[int, Any]:
+        """The stored loss curves (attribute `curve`) of these trials: from the records when
+        they were read with their series, else read once from the storage with the whole
+        study's series and kept for the next caller."""
+        want = set(numbers)
+        chosen = [r for r in self.records if r.number in want]
+        if all("curve" in r.attrs for r in chosen):
+            return {r.number: r.attrs["curve"] for r in chosen}
+        if self._curves is None:
+            full = load(self.url, self.name, series=True)
+            self._curves = {r.number: r.attrs.get("curve") for r in full.records}
+        return {n: self._curves.get(n) for n in want}
 
     def current_version(self) -> tuple | None:
         """A token that changes whenever a trial is added or ends (None: unknown): a reader
