@@ -1,10 +1,14 @@
-"""User-facing errors.
+"""User-facing errors, and Ctrl-C.
 
 A `UserError` is bad input: a malformed file, an unknown name, an impossible value. The CLI prints
-its message as one line and exits with code 2, without a traceback. Everything else is a bug.
+its message as one line and exits with code 2, without a traceback. Ctrl-C exits 130 saying what it
+stopped (`CtrlC` remembers it was pressed). Everything else is a bug.
 """
 
 from __future__ import annotations
+
+import signal
+import threading
 
 
 class UserError(Exception):
@@ -19,3 +23,39 @@ class UserError(Exception):
         parts = [p for p in (source, key) if p]
         prefix = ": ".join(parts)
         super().__init__(f"{prefix}: {self.detail}" if prefix else self.detail)
+
+
+class CtrlC:
+    """While active, remembers whether Ctrl-C (SIGINT) was pressed; `pressed` then says so.
+
+    Python raises `KeyboardInterrupt` at whatever line the main thread runs when the signal
+    comes. A library cleaning up in a `finally` may fail on its half-built state and raise its
+    own error instead (OmegaConf, building a config, raises `AttributeError`): with `pressed`
+    that error still reads as the interrupt it was. The previous handler still runs (it raises
+    `KeyboardInterrupt`); a process that ignores SIGINT, or a thread other than the main one,
+    is left as it is. Nests."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):
+                self._previous = previous
+                signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        self.pressed = True
+        self._previous(signum, frame)
+
+    def interrupted(self, err: BaseException) -> bool:
+        """Whether `err` is Ctrl-C, as itself or as the error a library turned it into."""
+        return isinstance(err, KeyboardInterrupt) or self.pressed

@@ -3,19 +3,34 @@ on architectures calibration never saw.
 
 Over 48 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
 compression, the eight linear families, MCSD, a hybrid, MoE), the real PyTorch models are timed
-here (`archsearch.cost.kernel_timing.time_model`: medians of repeats at a fixed thread count,
-through `archsearch.runtimes.prepare`): the prefill of a prompt (time to first token) and one
+here (`archsearch.cost.kernel_timing.time_model_once`, `--instances` fresh builds of each, the
+least of repeats per build, the least over builds, at a fixed thread count, through
+`archsearch.runtimes.prepare`): the prefill of a prompt (time to first token) and one
 decode step after a context, at one of four settings each. None of these models, and none of
 their (width, depth, vocabulary, prompt, context, batch) combinations, is timed by
-`archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels on grids of widths 64-512,
-prompts 16-512, contexts 16-1024, batches 1-4; its glue and held-out models at other sizes);
-rows outside the calibration set's ranges (width > 512, prompt > 512, context > 1024 or batch
-> 4) are marked `outside` and summarised apart. The same quantities are predicted by the cost
-model on the device profile (`local` by default: run `archsearch calibrate` first, with the
-same threads).
+`archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels on grids of widths 64-768,
+prompts 16-512, contexts 16-2048, batches 1-4; its glue and held-out models at other sizes);
+rows outside the calibration set's ranges (width > 768, prompt > 512, context > 2048 or batch
+> 4) are marked `outside` and summarised apart.
+
+How far a measurement itself holds (`retest`): the builds are split in two halves, each
+timed as the least over its builds, and the share of architectures whose two halves agree
+within +-10% is reported with the MAPE between them. No predictor can agree with a single
+measurement more often than two measurements agree with each other.
+
+The same quantities are predicted by the cost model on the device profile (`local` by
+default: run `archsearch calibrate` first, with the same threads).
 
 Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decode: the share
 within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
+
+How fast the machine is now against during calibration (`drift`): a shared VM's speed wanders
+by 10% and more over minutes. The thirteen models calibration fitted its model-level terms to
+(`kernel_fit.glue_models`, where the profile's predictions equal calibration's timings up to
+the fit) are timed again before and after the held-out set; the median of measured /
+predicted, per phase, is that drift. The figures are printed as measured, and again with each
+prediction scaled by the drift (`drift_adjusted`): the predictor's own error apart from the
+machine's.
 
     archsearch calibrate threads=1 && python benchmarks/bench_latency_accuracy.py --threads 1
 """
@@ -43,13 +58,14 @@ from archsearch.arch import (
 )
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
-from archsearch.cost.kernel_timing import time_model
+from archsearch.cost.kernel_fit import GLUE_CONTEXT, GLUE_PROMPT, glue_models
+from archsearch.cost.kernel_timing import time_model, time_model_once
 
 # (prompt, context, batch): the first inside the calibration ranges, the others outside
 SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
 # (width, depth): widths 128-1024, depths 2-12
 SIZES = ((128, 12), (256, 6), (384, 3), (512, 2), (640, 4), (768, 2), (1024, 2), (896, 3))
-CALIBRATED = {"width": 512, "prompt": 512, "context": 1024, "batch": 4}
+CALIBRATED = {"width": 768, "prompt": 512, "context": 2048, "batch": 4}
 
 
 def kinds(d: int) -> dict[str, dict]:
@@ -117,8 +133,13 @@ def summary(rows: list[dict], q: str) -> dict:
     meas = np.array([r[f"{q}_ms"] for r in rows])
     pred = np.array([r[f"{q}_pred_ms"] for r in rows])
     err = pred / meas - 1
+    builds = [r[f"{q}_builds_ms"] for r in rows if len(r[f"{q}_builds_ms"]) > 1]
+    half = [len(b) // 2 for b in builds]
+    retest = np.array([min(b[:h]) / min(b[h:]) - 1 for b, h in zip(builds, half)])
     out = {
         "n": len(rows),
+        "retest_within_10": float(np.mean(np.abs(retest) <= 0.10)) if len(retest) else None,
+        "retest_mape_percent": float(100 * np.mean(np.abs(retest))) if len(retest) else None,
         "within_5": float(np.mean(np.abs(err) <= 0.05)),
         "within_10": float(np.mean(np.abs(err) <= 0.10)),
         "within_20": float(np.mean(np.abs(err) <= 0.20)),
@@ -132,10 +153,23 @@ def summary(rows: list[dict], q: str) -> dict:
     return out
 
 
+def drift(dev, runtime: str, repeats: int) -> list[tuple[float, float]]:
+    """(measured / predicted TTFT, decode) of each model calibration fitted its glue to."""
+    out = []
+    for arch in glue_models():
+        ttft, decode = time_model(arch, runtime, GLUE_PROMPT, GLUE_CONTEXT, repeats, 0.0)
+        c = columns(arch)
+        p_ttft = float(model.ttft_s(c, dev, GLUE_PROMPT, "fp32")[0])
+        p_decode = float(model.decode_s(c, dev, GLUE_CONTEXT, "fp32")[0])
+        out.append((ttft / p_ttft, decode / p_decode))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--instances", type=int, default=4, help="builds per architecture")
     ap.add_argument("--device", default="local")
     ap.add_argument("--runtime", default="torch")
     ap.add_argument("--per-kind", type=int, default=3, help="architectures per kind")
@@ -146,10 +180,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
     t0 = time.perf_counter()
+    before = drift(dev, args.runtime, args.repeats)
     rows = []
     for family, arch, setting in cases(args.per_kind):
         prompt, context, batch = setting
-        ttft, decode = time_model(arch, args.runtime, prompt, context, args.repeats, 0.0, batch)
+        builds = [
+            time_model_once(arch, args.runtime, prompt, context, args.repeats, 0.0, batch)
+            for _ in range(args.instances)
+        ]
+        ttft, decode = min(b[0] for b in builds), min(b[1] for b in builds)
         c = columns(arch)
         p_ttft = float(model.ttft_s(c, dev, prompt, "fp32", batch)[0])
         p_decode = float(model.decode_s(c, dev, context, "fp32", batch)[0])
@@ -163,6 +202,8 @@ def main() -> None:
             "outside": outside(arch, setting),
             "ttft_ms": 1e3 * ttft,
             "ttft_pred_ms": 1e3 * p_ttft,
+            "ttft_builds_ms": [1e3 * b[0] for b in builds],
+            "decode_builds_ms": [1e3 * b[1] for b in builds],
             "decode_ms": 1e3 * decode,
             "decode_pred_ms": 1e3 * p_decode,
         }
@@ -175,7 +216,15 @@ def main() -> None:
             f"{p_decode / decode - 1:+6.1%})",
             flush=True,
         )
+    after = drift(dev, args.runtime, args.repeats)
+    ratios = np.array(before + after)
+    speed = {"ttft": float(np.median(ratios[:, 0])), "decode": float(np.median(ratios[:, 1]))}
     result = {
+        "drift": {
+            "measured_over_predicted": speed,
+            "before": [list(r) for r in before],
+            "after": [list(r) for r in after],
+        },
         "threads": args.threads,
         "device": args.device,
         "profile": dev.path,
@@ -186,6 +235,23 @@ def main() -> None:
         "summary": {},
         "rows": rows,
     }
+    print(
+        f"drift: the calibration models run at {speed['ttft']:.3f} x (TTFT) and "
+        f"{speed['decode']:.3f} x (decode) their predicted times now"
+    )
+    adjusted = [
+        {**r, **{f"{q}_pred_ms": r[f"{q}_pred_ms"] * speed[q] for q in ("ttft", "decode")}}
+        for r in rows
+    ]
+    result["summary_drift_adjusted"] = {q: summary(adjusted, q) for q in ("ttft", "decode")}
+    for q in ("ttft", "decode"):
+        a = result["summary_drift_adjusted"][q]
+        worst = max(a["bias_percent_by_family"].items(), key=lambda kv: abs(kv[1]))
+        print(
+            f"{q} (drift-adjusted): within +-5/10/20% {a['within_5']:.0%}/{a['within_10']:.0%}/"
+            f"{a['within_20']:.0%}, MAPE {a['mape_percent']:.1f}%, Kendall tau "
+            f"{a['kendall_tau']:.3f}; largest family bias {worst[0]} {worst[1]:+.1f}%"
+        )
     for q in ("ttft", "decode"):
         s = summary(rows, q)
         s["outside_calibration"] = summary([r for r in rows if r["outside"]], q)
@@ -199,6 +265,11 @@ def main() -> None:
             f"{s['outside_calibration']['within_10']:.0%}); largest family bias "
             f"{worst[0]} {worst[1]:+.1f}%"
         )
+        if s["retest_within_10"] is not None:
+            print(
+                f"  retest (two halves of the builds, the least of each): within +-10% "
+                f"{s['retest_within_10']:.0%}, MAPE {s['retest_mape_percent']:.1f}%"
+            )
         print(
             "  bias by family (%): "
             + ", ".join(f"{f} {b:+.1f}" for f, b in s["bias_percent_by_family"].items())

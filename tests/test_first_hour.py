@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsearch.analysis.pareto import analyse, choose_axes
+from archsearch.errors import CtrlC
 from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage, records
 from archsearch.units import fmt_duration, human
 
@@ -115,6 +116,43 @@ def test_ctrl_c_says_what_was_interrupted_and_exits_130(tmp_path):
     interrupted = [r for r in records(study) if r.status == "interrupted"]
     assert interrupted and any(r.reason == "interrupted (Ctrl-C)" for r in interrupted)
     assert states.count("WAITING") >= 1  # the interrupted trials, run first by the next run
+
+
+def _ctrl_c_turned_into(error: Exception):
+    """Ctrl-C landing in a library whose cleanup fails on its half-built state and raises its own
+    error instead of the KeyboardInterrupt (as OmegaConf's did, building a config mid-sweep)."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs here
+    finally:
+        raise error
+
+
+def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c():
+    with CtrlC() as ctrl_c, pytest.raises(AttributeError):
+        _ctrl_c_turned_into(AttributeError("'NoneType' object has no attribute"))
+    assert ctrl_c.pressed and ctrl_c.interrupted(AttributeError())
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    with CtrlC() as quiet:
+        pass
+    assert not quiet.interrupted(AttributeError()) and quiet.interrupted(KeyboardInterrupt())
+
+
+def test_the_cli_exits_130_on_a_converted_ctrl_c_and_lets_real_errors_through(monkeypatch, capsys):
+    import archsearch.cli as cli
+
+    monkeypatch.setattr(cli, "_main", lambda argv: _ctrl_c_turned_into(AttributeError("x")))
+    assert cli.main(["sweep"]) == 130
+    assert (
+        "archsearch: interrupted: `archsearch sweep` before it finished" in capsys.readouterr().err
+    )
+
+    def bug(argv):
+        raise AttributeError("a bug, not Ctrl-C")
+
+    monkeypatch.setattr(cli, "_main", bug)
+    with pytest.raises(AttributeError, match="a bug"):
+        cli.main(["sweep"])
 
 
 @pytest.mark.slow

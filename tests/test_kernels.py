@@ -21,8 +21,8 @@ from archsearch.cli import main
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
 from archsearch.cost.kernel_fit import fit_kernel
-from archsearch.cost.kernel_latency import gemm_seconds, kernel_seconds
-from archsearch.cost.kernels import KERNELS, PHASES, Kernels, parse_kernels
+from archsearch.cost.kernel_latency import gemm_seconds, gemm_work, kernel_seconds
+from archsearch.cost.kernels import KERNELS, PHASES, Glue, Kernels, parse_kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
 
@@ -65,8 +65,12 @@ def synthetic_kernels() -> Kernels:
         date="2025-01-01",
         cpu="test cpu",
         dispatch_s=3e-6,
-        glue={"forward": (1.1, 1e-4, 2e-5, 0.0), "step": (1.2, 5e-5, 1e-5, 2e-11)},
+        glue={
+            "forward": Glue(1e-4, 2e-5, 0.0, 2**24, 2**27),
+            "step": Glue(5e-5, 1e-5, 2e-11, 2**24, 2**27),
+        },
         predictors=predictors,
+        bases={"gemm": (0.0, 5e-11, 6e-12, 1e-6), "gqa.step": (2e-6, 4e-11, 1e-11, 5e-6)},
         samples={"gemm": 30, "gqa.step": 30},
         fresh_error={"gemm": 0.05, "gqa.step": 0.07},
     )
@@ -86,24 +90,62 @@ def test_a_fit_recovers_a_known_function():
     """Timings made by a known factor over the analytic GEMM time (slow below 16 rows, fast
     for wide outputs) are recovered on shapes the fit never saw."""
     device = dataclasses.replace(load_device("nvidia_a10"), kernels=synthetic_kernels())
-    device = dataclasses.replace(device, kernels=dataclasses.replace(device.kernels, predictors={}))
+    analytic = dataclasses.replace(device.kernels, predictors={}, bases={})
 
     def factor(v) -> float:
         return (3.0 if v["m"] < 16 else 1.2) * (0.6 if v["n"] >= 2048 else 1.0)
 
     def measure(shape) -> float:
         v = shape.values()
-        return factor(v) * float(gemm_seconds(device, device.kernels, v["m"], v["k"], v["n"])[0])
+        return factor(v) * float(gemm_seconds(device, analytic, v["m"], v["k"], v["n"])[0])
 
-    ens, n, fresh = fit_kernel("gemm", measure, device, 48, random.Random(0))
-    assert n >= 40 and fresh < 0.5
+    coef, ens, n, fresh = fit_kernel("gemm", measure, 96, random.Random(0))
+    assert n >= 80 and fresh < 0.5 and min(coef) >= 0
     m = np.array([1, 4, 8, 32, 128, 512, 2, 64])
     nn = np.array([64, 4096, 256, 16384, 128, 8192, 1024, 512])
     k = np.full(len(m), 384)
-    fitted = dataclasses.replace(device.kernels, predictors={"gemm": ens})
-    got = gemm_seconds(device, fitted, m, k, nn) / gemm_seconds(device, device.kernels, m, k, nn)
+    fitted = dataclasses.replace(analytic, predictors={"gemm": ens}, bases={"gemm": coef})
+    got = gemm_seconds(device, fitted, m, k, nn) / gemm_seconds(device, analytic, m, k, nn)
     want = [factor({"m": a, "n": b}) for a, b in zip(m, nn)]
     np.testing.assert_allclose(got, want, rtol=0.1)
+
+
+def test_the_learned_roofline_extrapolates_beyond_the_timed_shapes():
+    """Timings that are exactly linear in the work terms are recovered far beyond the grid
+    (where the trees are constant): the roofline's coefficients carry the scaling."""
+    true = np.array([0.0, 2e-11, 8e-12, 3e-6])  # seconds per launch, byte, FLOP, call
+
+    def measure(shape) -> float:
+        v = shape.values()
+        return float(gemm_work(v["m"], v["k"], v["n"])[0] @ true)
+
+    coef, ens, _, _ = fit_kernel("gemm", measure, 64, random.Random(1))
+    kernels = dataclasses.replace(
+        synthetic_kernels(), predictors={"gemm": ens}, bases={"gemm": coef}
+    )
+    device = dataclasses.replace(load_device("nvidia_a10"), kernels=kernels)
+    m, k, n = (
+        np.array([4096, 1, 8192]),
+        np.array([8192, 6144, 4096]),
+        np.array([32768, 65536, 8192]),
+    )
+    got = gemm_seconds(device, kernels, m, k, n)
+    np.testing.assert_allclose(got, gemm_work(m, k, n) @ true, rtol=0.05)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(2**18, 2**28),
+    st.floats(1.5, 64.0),
+    st.lists(st.floats(1.0, 2**33), min_size=2, max_size=10),
+)
+def test_memory_stalls_grow_with_the_working_set(lo, ratio, sizes):
+    """None below the lower capacity, every byte above the upper, monotone between."""
+    glue = Glue(0.0, 0.0, 1e-10, lo, lo * ratio)
+    sizes = np.sort(np.array(sizes))
+    stalls, missing = glue.stalls(sizes), glue.missing(sizes)
+    assert np.all(np.diff(stalls) >= 0) and np.all((missing >= 0) & (missing <= 1))
+    assert np.all(missing[sizes <= lo] == 0) and np.all(missing[sizes >= lo * ratio] == 1)
 
 
 def first_tree(model: dict, key: str, line: str) -> None:
@@ -124,6 +166,16 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
     [
         (lambda k: k.update(threads=0), "kernels.threads", "0"),
         (lambda k: k.pop("glue"), "kernels.glue", "missing"),
+        (
+            lambda k: k["glue"]["step"].update(scale=1.0),
+            "kernels.glue.step.scale",
+            "re-run `archsearch calibrate`",
+        ),
+        (
+            lambda k: k["predictors"]["gemm"]["base"].update(byte_s=-1.0),
+            "kernels.predictors.gemm.base.byte_s",
+            "-1.0",
+        ),
         (lambda k: k["predictors"].update(toaster={}), "kernels.predictors.toaster", "unknown"),
         (
             lambda k: k["predictors"]["gemm"]["model"].update(depth="two"),
@@ -172,7 +224,7 @@ def test_kernel_prices_are_the_sum_of_kernels_and_differ_from_the_roofline(tmp_p
             "ffn",
             "lm_head",
             "glue",
-            "weights",
+            "memory stalls",
         }
         total = sum(t for _, t in parts)
         got = model.phase_seconds(c, phase, dev, "fp32", lm_head_tokens=1.0)

@@ -13,7 +13,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
-from archsearch.errors import UserError
+from archsearch.errors import CtrlC, UserError
 
 
 @dataclass(frozen=True)
@@ -255,20 +255,26 @@ def _contain_caches() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _contain_caches()
+    ctrl_c = CtrlC()
     try:
-        return _main(argv)
+        with ctrl_c:
+            return _main(argv)
     except UserError as err:
         print(f"archsearch: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt as interrupt:  # Ctrl-C: say what stopped, exit 128 + SIGINT
-        what = str(interrupt) or f"`archsearch {' '.join(argv[:1])}` before it finished"
-        print(f"archsearch: interrupted: {what}", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # e.g. `archsearch ... format=json | head`
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (KeyboardInterrupt, Exception) as err:  # Ctrl-C: say what stopped, exit 128 + SIGINT
+        if not ctrl_c.interrupted(err):
+            raise
+        what = (isinstance(err, KeyboardInterrupt) and str(err)) or (
+            f"`archsearch {' '.join(argv[:1])}` before it finished"
+        )
+        print(f"archsearch: interrupted: {what}", file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:

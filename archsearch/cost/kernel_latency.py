@@ -3,18 +3,19 @@
 The kernels of a model (`archsearch.cost.kernels`) are read off the cost model's own modules
 (`counts.block_modules`, multiplicity included): per layer its sequence mixer and channel
 mixer, two norms and two residual adds; per model the embedding, the final norm, the LM head
-(a `gemm`) and the model-level terms the profile measured (`glue`: a scale of the kernels'
-sum, seconds per fp32 byte of the model's active weights (a model larger than the cache
-streams them; a kernel timed alone finds its own in the cache), Python and bookkeeping per
-model and per layer; fitted to whole models by `archsearch calibrate`).
+(a `gemm`) and the model-level terms the profile measured (`kernels.Glue`: Python and
+bookkeeping per model and per layer, and the memory stalls of a working set larger than the
+cache, which a kernel timed alone never sees; fitted to whole models by `archsearch
+calibrate`).
 
-A kernel's time is its analytic time times the learned correction of its shape: the analytic
-time of a module is the sum over its `Op`s of the predicted `gemm` time of each linear layer
-(m = rows, k, n) and the roofline time of every other op at the profile's measured peaks
+A kernel's time is its learned roofline (`work` x the kernel's fitted coefficients: seconds
+per launch, byte, FLOP and call) times the learned correction of its shape. The work terms of
+a module are summed over its `Op`s in the cost model. A kernel without a fit (one the deploy
+runtime cannot run) takes its analytic time instead: the predicted `gemm` time of each linear
+layer (m = rows, k, n) and the roofline of every other op at the profile's measured peaks
 (FLOPs at the fp32 peak, bytes at the cache bandwidth when they fit the cache, else at the
-memory bandwidth), plus its dispatched operators at the
-measured overhead each. Mixers of plugins (`archsearch.plugins`) have no predictor: their
-traced ops take that analytic time alone.
+memory bandwidth), plus its dispatched operators at the measured overhead each; so do the
+traced ops of plugins' mixers (`archsearch.plugins`).
 
 Everything is numpy over the candidate table: rows with the same modules are priced together
 (`Columns.groups`), and a predictor is evaluated once per distinct shape.
@@ -28,7 +29,7 @@ import numpy as np
 
 from archsearch.arch import LINEAR_FAMILIES
 from archsearch.cost.attention import attention_ops, mla_ops
-from archsearch.cost.counts import block_modules, params
+from archsearch.cost.counts import block_modules, params, state_elements
 from archsearch.cost.devices import DeviceProfile
 from archsearch.cost.ffn import dense_ffn_ops, moe_ops
 from archsearch.cost.kernels import Kernels, features, gemm_features
@@ -39,9 +40,12 @@ from archsearch.cost.ops import Columns, Op, Phase
 __all__ = [
     "analytic_seconds",
     "gemm_seconds",
+    "gemm_work",
     "kernel_analytic",
     "kernel_seconds",
+    "kernel_time",
     "module_kernel",
+    "work",
 ]
 
 FP32 = 4.0  # bytes per element: the kernels are timed in fp32
@@ -80,12 +84,20 @@ def _roofline(device: DeviceProfile, flops, nbytes) -> np.ndarray:
     return np.maximum(np.asarray(flops, dtype=np.float64) / device.peak("fp32"), nbytes / bandwidth)
 
 
-def gemm_seconds(device: DeviceProfile, kernels: Kernels, m, k, n) -> np.ndarray:
-    """Predicted seconds of x [m, k] @ W [n, k]^T."""
+def gemm_work(m, k, n) -> np.ndarray:
+    """The work terms [rows, 4] (launches, bytes, FLOPs, 1) of x [m, k] @ W [n, k]^T."""
     m, k, n = np.broadcast_arrays(
         *(np.maximum(np.asarray(v, dtype=np.float64), 1.0) for v in (m, k, n))
     )
-    base = _roofline(device, 2.0 * m * k * n, FP32 * (m * k + k * n + m * n))
+    ones = np.ones(m.shape)
+    return np.column_stack([ones, FP32 * (m * k + k * n + m * n), 2.0 * m * k * n, ones])
+
+
+def gemm_seconds(device: DeviceProfile, kernels: Kernels, m, k, n) -> np.ndarray:
+    """Predicted seconds of x [m, k] @ W [n, k]^T."""
+    w = gemm_work(m, k, n)
+    coef = kernels.bases.get("gemm")
+    base = w @ np.asarray(coef) if coef is not None else _roofline(device, w[:, 2], w[:, 1])
     return base * kernels.correction("gemm", gemm_features(m, k, n))
 
 
@@ -122,17 +134,46 @@ def _implementation_traffic(kernel: str, c: Columns, p: Phase) -> list[Op]:
     return [Op("mla.cache_copy", acts=latent), Op("mla.broadcast", acts=2.0 * c.H * latent)]
 
 
-def kernel_analytic(kernel: str, c: Columns, p: Phase, device: DeviceProfile) -> np.ndarray:
-    """The analytic time of a kernel (its module's ops, or one norm / residual add / embedding
-    lookup over N tokens of width d, one operator each), per row of `c`."""
+def _kernel_ops(kernel: str, c: Columns, p: Phase) -> list[Op]:
+    """A kernel's ops: its module's, or one norm / residual add / embedding lookup over N
+    tokens of width d (one operator each)."""
     module = kernel.partition(".")[0]
     if module in _ELEMENTWISE:
         ops = [Op(kernel, acts=_ELEMENTWISE[module] * p.tokens * c.d, launches=1.0)]
     else:
         ops = _OPS[module](c, p)
-    ops += _implementation_traffic(kernel, c, p)
+    return ops + _implementation_traffic(kernel, c, p)
+
+
+def work(kernel: str, c: Columns, p: Phase) -> np.ndarray:
+    """The work terms [c.n, 4] of a (non-GEMM) kernel: operators launched, fp32 bytes moved
+    (weights, activations, state), FLOPs, and 1 (the call)."""
+    out = np.zeros((c.n, 4))
+    out[:, 3] = 1.0
+    for op in _kernel_ops(kernel, c, p):
+        out[:, 0] += np.asarray(op.launches, dtype=np.float64)
+        out[:, 1] += FP32 * (np.asarray(op.weights, dtype=np.float64) + op.acts + op.state)
+        out[:, 2] += np.asarray(op.flops, dtype=np.float64) + op.extra_flops
+    return out
+
+
+def kernel_analytic(kernel: str, c: Columns, p: Phase, device: DeviceProfile) -> np.ndarray:
+    """The analytic time of a kernel from the device's peaks (see the module docstring)."""
     assert device.kernels is not None
-    return analytic_seconds(ops, device, device.kernels, c.n)
+    return analytic_seconds(_kernel_ops(kernel, c, p), device, device.kernels, c.n)
+
+
+def kernel_time(kernel: str, c: Columns, p: Phase, device: DeviceProfile) -> np.ndarray:
+    """Predicted seconds of one call of a kernel, per row of `c`: its learned roofline (its
+    analytic time where it has none) times its learned correction."""
+    kernels = device.kernels
+    assert kernels is not None
+    coef = kernels.bases.get(kernel)
+    if coef is None:
+        base = kernel_analytic(kernel, c, p, device)
+    else:
+        base = work(kernel, c, p) @ np.asarray(coef)
+    return base * kernels.correction(kernel, features(kernel, c, p))
 
 
 def _group_seconds(
@@ -140,7 +181,6 @@ def _group_seconds(
 ) -> list[tuple[Op, np.ndarray]]:
     kernels = device.kernels
     assert kernels is not None
-    scale, per_model, per_layer, per_byte = kernels.glue[p.kind]
     out = []
     for category, count, fn in block_modules(c):
         if not np.any(count):
@@ -149,25 +189,30 @@ def _group_seconds(
         if kernel is None:
             t = analytic_seconds(fn(c, p), device, kernels, c.n)
         else:
-            t = kernel_analytic(kernel, c, p, device)
-            t = t * kernels.correction(kernel, features(kernel, c, p))
-        out.append((Op(kernel or fn.__name__, category=category), scale * count * t))
+            t = kernel_time(kernel, c, p, device)
+        out.append((Op(kernel or fn.__name__, category=category), count * t))
     elementwise = (
         ("norm", "norms+residual", 2 * c.L + 1),
         ("residual", "norms+residual", 2 * c.L),
         ("embedding", "embedding", np.ones(c.n)),
     )
     for kernel, category, count in elementwise:
-        t = kernel_analytic(kernel, c, p, device)
-        t = t * kernels.correction(kernel, features(kernel, c, p))
-        out.append((Op(kernel, category=category), scale * count * t))
+        out.append((Op(kernel, category=category), count * kernel_time(kernel, c, p, device)))
     rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
     lm_head = gemm_seconds(device, kernels, rows, c.d, c.V)
-    out.append((Op("lm_head", category="lm head"), scale * lm_head))
-    weights = FP32 * params(c)["active_params"]
-    out.append((Op("glue", category="norms+residual"), per_model + per_layer * c.L))
-    out.append((Op("weights", category="norms+residual"), per_byte * weights))
+    out.append((Op("lm_head", category="lm head"), lm_head))
+    glue = kernels.glue[p.kind]
+    out.append((Op("glue", category="norms+residual"), glue.overhead(c.L) + np.zeros(c.n)))
+    stalls = glue.stalls(working_set(c, p))
+    out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out
+
+
+def working_set(c: Columns, p: Phase) -> np.ndarray:
+    """fp32 bytes a phase reads per call: the active weights and the decode state (after the
+    context for a step, after the prompt for a prefill)."""
+    context = p.n0 if p.kind == "step" else p.n0 + p.T
+    return FP32 * (params(c)["active_params"] + state_elements(c, context, p.B))
 
 
 def kernel_seconds(

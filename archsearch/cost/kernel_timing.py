@@ -9,9 +9,16 @@ an empty state; its `step` kernel one decoded token after a context of n tokens.
 
 A shape is a point of a kernel's grid (`GRIDS`: one tuple of values per knob, an index per
 knob); `neighbour` moves a point one step along one or two knobs (adaptive sampling refines
-around the shapes predicted worst). The grids are the calibration set: widths 64-512, 1-8
-heads, prompts of 16-512 tokens, contexts of 16-1024, batches of 1-4, GEMMs up to
-2048 x 1024 x 16384.
+around the shapes predicted worst). The grids are the calibration set: widths 64-768, 1-16
+heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-4, GEMMs up to
+2048 x 3072 x 16384 (at most MAX_GEMM_FLOPS).
+
+Whole models (`time_model`) are timed as the least over `instances` fresh builds of the least
+of repeats: on a shared VM, one build's memory placement can make every call of it 10-40%
+slower than another build's of the same weights (measured on this project's machine: five
+builds of a GLA model decoded in 1.9-3.4 ms); the least of repeats removes the noise of a
+call, the least of builds that of a placement, and the kernels are timed the same way (the
+least of repeats), so the two agree on what they measure: the undisturbed time.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from archsearch.cost.ops import Columns, Phase
 
 __all__ = [
     "GRIDS",
+    "MAX_GEMM_FLOPS",
     "MAX_TOKENS",
     "Shape",
     "affordable",
@@ -49,13 +57,14 @@ __all__ = [
     "seconds_per_call",
     "shape_rows",
     "time_model",
+    "time_model_once",
     "time_shape",
 ]
 
-WIDTHS = (64, 128, 192, 256, 384, 512)
-HEADS = (1, 2, 4, 8)
+WIDTHS = (64, 128, 192, 256, 384, 512, 768)
+HEADS = (1, 2, 4, 8, 16)
 PROMPTS = (16, 32, 64, 128, 256, 512)
-CONTEXTS = (16, 64, 128, 256, 512, 1024)
+CONTEXTS = (16, 64, 128, 256, 512, 1024, 2048)
 BATCHES = (1, 2, 4)
 TOKENS = (1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048)
 _MIXER = {"d": WIDTHS, "H": HEADS, "B": BATCHES}
@@ -66,7 +75,7 @@ _LINEAR = {"gate": (0, 1), "conv": (0, 4)}
 GRIDS: dict[str, dict[str, tuple]] = {
     "gemm": {
         "m": (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
-        "k": (64, 128, 256, 384, 512, 768, 1024),
+        "k": (64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072),
         "n": (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
     },
     "norm": {"N": TOKENS, "d": WIDTHS},
@@ -107,11 +116,15 @@ class Shape:
 
 
 MAX_TOKENS = 2048  # B x T of a timed prefill (longer ones cost seconds and add little)
+MAX_GEMM_FLOPS = 2e10  # of a timed GEMM (about 0.1 s on one core)
 
 
 def affordable(shape: Shape) -> bool:
-    """Whether a shape is cheap enough to time: a prefill of at most MAX_TOKENS tokens."""
+    """Whether a shape is cheap enough to time: a prefill of at most MAX_TOKENS tokens, a GEMM
+    of at most MAX_GEMM_FLOPS."""
     v = shape.values()
+    if shape.kernel == "gemm":
+        return 2.0 * v["m"] * v["k"] * v["n"] <= MAX_GEMM_FLOPS
     return v.get("B", 1) * v.get("T", 1) <= MAX_TOKENS
 
 
@@ -142,6 +155,7 @@ def _arch(kernel: str, v: dict[str, Any]) -> ArchConfig:
         kv = heads if v["G"] == 0 else min(v["G"], heads)
         return ArchConfig(**base, attention=AttentionConfig(n_heads=heads, n_kv_heads=kv))
     if mixer == "mla":
+        heads = max(heads, d // 128)  # heads at most 128 wide, as in MLA models (DeepSeek-V2)
         attn = AttentionConfig(
             kind="mla",
             n_heads=heads,
@@ -288,12 +302,17 @@ def _target(shape: Shape):
     return Step(mixer, v["ctx"]), (torch.randn(B, d), state)
 
 
-def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float) -> float:
-    """Seconds of one run of the kernel at `shape` in `runtime` (median of repeats)."""
+def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float, builds: int = 1) -> float:
+    """Seconds of one run of the kernel at `shape` in `runtime`: the least of repeats, and
+    the least over `builds` fresh builds of its module (see the module docstring: measured
+    here, one build of a kernel can run 5-50% slower than another of the same shape)."""
     from archsearch.runtimes import prepare
 
-    module, inputs = _target(shape)
-    return seconds_per_call(prepare(runtime, module, inputs), repeats, min_time)
+    times = []
+    for _ in range(builds):
+        module, inputs = _target(shape)
+        times.append(seconds_per_call(prepare(runtime, module, inputs), repeats, min_time))
+    return min(times)
 
 
 def dispatch_seconds(runtime: str, repeats: int) -> float:
@@ -317,9 +336,27 @@ def time_model(
     repeats: int,
     min_time: float,
     batch: int = 1,
+    instances: int = 3,
 ) -> tuple[float, float]:
     """(seconds to first token of a `prompt`-token prefill, seconds of one decode step after
-    `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`."""
+    `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`: the
+    least over `instances` builds (see the module docstring)."""
+    runs = [
+        time_model_once(arch, runtime, prompt, context, repeats, min_time, batch)
+        for _ in range(instances)
+    ]
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def time_model_once(
+    arch: ArchConfig,
+    runtime: str,
+    prompt: int,
+    context: int,
+    repeats: int,
+    min_time: float,
+    batch: int,
+) -> tuple[float, float]:
     import torch
     from torch import nn
 

@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "ray_session",
     "reap_leftovers",
     "session_processes",
+    "tuner",
 ]
 
 RAY_TEMP_PREFIX = "archsearch-ray-"  # a local Ray's temp dir: <system temp dir>/archsearch-ray-*
@@ -238,3 +240,43 @@ def _remove(temp_dir: str, record: Path | None, made_run_dir: bool) -> None:
         for folder in (record.parent, record.parent.parent) if made_run_dir else (record.parent,):
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
+
+
+def tuner(
+    trainable: Any,
+    resources: Any,
+    *,
+    name: str,
+    run_dir: Path,
+    search_alg: Any,
+    num_samples: int,
+    concurrency: int,
+    reuse_actors: bool,
+    verbose: bool,
+    callbacks: list[Any],
+    scheduler: Any = None,
+):
+    """The Tune run of a sweep or a retraining: trials named by their id, a failed trial never
+    retried (it is recorded as failed), Ray's logs to files under `run_dir/ray`."""
+    from ray import tune
+
+    return tune.Tuner(
+        tune.with_resources(trainable, resources),
+        tune_config=tune.TuneConfig(
+            search_alg=search_alg,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            max_concurrent_trials=concurrency,
+            reuse_actors=reuse_actors,
+            trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
+            trial_name_creator=lambda t: f"trial_{t.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=str(run_dir / "ray"),
+            verbose=1 if verbose else 0,
+            callbacks=callbacks,
+            failure_config=tune.FailureConfig(max_failures=0),
+            log_to_file=True,
+        ),
+    )

@@ -21,6 +21,7 @@ from archsearch.sweep.state import Launched, SweepState
 
 __all__ = [
     "create_recorder",
+    "ended_run",
     "error_text",
     "record_end",
     "record_intermediate",
@@ -84,6 +85,24 @@ def record_intermediate(state: SweepState, tune_id: str, result: dict[str, Any])
     state.notify("evaluated", launched)
 
 
+def ended_run(
+    result: dict[str, Any], error: str | None, attrs: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str | None]:
+    """How a Tune trial of the trainable ended: (its final result record when it completed,
+    else None; why it failed, else None). The final record's attributes go into `attrs`. A
+    trial that ended without its final result and without an error was stopped by the
+    scheduler: (None, None). Shared by the sweep's recorder and the retraining runner."""
+    if error is not None:
+        return None, error
+    if not result.get("final"):
+        return None, None
+    res = json.loads(result["result_json"])
+    attrs.update(result_attrs(res))
+    if res["status"] != "completed":
+        return None, res.get("failure_reason") or "the trial failed"
+    return res, None
+
+
 def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
     launched = state.by_tune_id.pop(tune_id, None)
     stop_reason = state.stop_reasons.pop(tune_id, None)  # set by a rule that explains itself
@@ -108,15 +127,11 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
         except Exception as err:  # the measurement node failed
             error = error or f"latency measurement failed: {err}"
     values = None
-    if error is None and result.get("final"):
-        res = json.loads(result["result_json"])
-        attrs.update(result_attrs(res))
-        if res["status"] != "completed":
-            status, reason = Status.FAILED, res.get("failure_reason") or "the trial failed"
-        else:
-            values, missing = _objective_values(state, res, launched, measured, attrs)
-            status, reason = (Status.TRAINED, "") if values else (Status.FAILED, missing)
-    elif error is None:
+    res, failure = ended_run(result, error, attrs)
+    if res is not None:
+        values, missing = _objective_values(state, res, launched, measured, attrs)
+        status, reason = (Status.TRAINED, "") if values else (Status.FAILED, missing)
+    elif failure is None:  # ended before its final result, by no error: stopped early
         status = Status.STOPPED_EARLY
         reason = stop_reason or (
             f"stopped by the early-stopping rule at {result.get('fraction', 0):.0%} of "
@@ -128,7 +143,7 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
             "flops": result.get("flops"),
         }
     else:
-        status, reason = Status.FAILED, error
+        status, reason = Status.FAILED, failure
     state.writer.finish(trial, status, reason, attrs, values)
     state.done_by_hash[h] = trial.number
     state.counts[status.value] += 1

@@ -18,9 +18,7 @@ that was in flight at Ctrl-C was never written and runs again.
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +27,8 @@ from typing import Any
 from archsearch.errors import UserError
 from archsearch.metrics import MetricSpec
 from archsearch.study import Status, StudyWriter, TrialRecord
-from archsearch.sweep.recorder import error_text, result_attrs, training_value
+from archsearch.sweep.ray_runtime import tuner
+from archsearch.sweep.recorder import ended_run, error_text, training_value
 
 __all__ = [
     "DRIVER_CPUS",
@@ -299,7 +298,6 @@ def run_jobs(
     """Train `jobs` as Ray Tune trials (Ray must be running: `ray_runtime.ray_session`) and
     write each as it ends; returns each job written and how it ended. `on_end(job, status,
     reason)` is told of each ending (progress)."""
-    from ray import tune
     from ray.tune import Callback
     from ray.tune.search import Searcher
 
@@ -345,26 +343,19 @@ def run_jobs(
         def on_trial_error(self, iteration, trials, trial, **info):
             _record(run, trial.trial_id, trial.last_result or {}, error_text(trial))
 
-    tuner = tune.Tuner(
-        tune.with_resources(trainable, resources.tune()),
-        tune_config=tune.TuneConfig(
-            search_alg=JobSearcher(),
-            num_samples=len(jobs),
-            max_concurrent_trials=resources.concurrency,
-            reuse_actors=resources.workers_per_trial == 1,
-            trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
-            trial_name_creator=lambda t: f"trial_{t.trial_id}",
-        ),
-        run_config=tune.RunConfig(
-            name=f"retrain-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(run_dir / "ray"),
-            verbose=1 if verbose else 0,
-            callbacks=[JobRecorder()],
-            failure_config=tune.FailureConfig(max_failures=0),
-            log_to_file=True,
-        ),
+    tune_run = tuner(
+        trainable,
+        resources.tune(),
+        name="retrain",
+        run_dir=run_dir,
+        search_alg=JobSearcher(),
+        num_samples=len(jobs),
+        concurrency=resources.concurrency,
+        reuse_actors=resources.workers_per_trial == 1,
+        verbose=verbose,
+        callbacks=[JobRecorder()],
     )
-    tuner.fit()
+    tune_run.fit()
     return run.ended
 
 
@@ -384,17 +375,13 @@ def _record(run: _Run, tune_id: str, result: dict[str, Any], error: str | None) 
     attrs: dict[str, Any] = {k: source.attrs[k] for k in SOURCE_ATTRS if k in source.attrs}
     attrs.update({**job.link(), "arch": source.attrs["arch"], "node": result.get("node", "")})
     values = None
-    if error is None and result.get("final"):
-        res = json.loads(result["result_json"])
-        attrs.update(result_attrs(res))
-        if res["status"] != "completed":
-            status, reason = Status.FAILED, res.get("failure_reason") or "the trial failed"
-        else:
-            values, reason = _values(run.objectives, res, source, attrs)
-            status = job.status if values is not None else Status.FAILED
+    res, failure = ended_run(result, error, attrs)
+    if res is not None:
+        values, reason = _values(run.objectives, res, source, attrs)
+        status = job.status if values is not None else Status.FAILED
     else:
         status = Status.FAILED
-        reason = error or "the trial ended without its final result"
+        reason = failure or "the trial ended without its final result"
     if status == Status.FAILED:
         what = "replicate" if job.status == Status.REPLICATE else "confirmation"
         reason = f"{what} of trial {job.source} failed: {reason}"

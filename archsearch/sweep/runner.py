@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from archsearch.errors import UserError
+from archsearch.errors import CtrlC, UserError
 from archsearch.resources import check_name, check_writable_dir
 from archsearch.space import SearchSpace
 from archsearch.study import (
@@ -44,7 +44,7 @@ from archsearch.sweep.drivers import (
     sync,
 )
 from archsearch.sweep.pricing import assess
-from archsearch.sweep.ray_runtime import contain_ray, ray_session
+from archsearch.sweep.ray_runtime import contain_ray, ray_session, tuner
 from archsearch.sweep.recorder import create_recorder
 from archsearch.sweep.reference import study_reference
 from archsearch.sweep.retrain import (
@@ -340,11 +340,14 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         t0 = time.time()
         interrupted = False
         first_number = len(writer.study.get_trials(deepcopy=False))
+        ctrl_c = CtrlC()
         try:
             if trained < cfg.trials:
-                with Heartbeat(state):
+                with ctrl_c, Heartbeat(state):
                     _fit(state, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Exception) as err:  # the study is settled below either way
+            if not ctrl_c.interrupted(err):
+                raise
             interrupted = True
         sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
         settle_duplicates(state)
@@ -355,19 +358,22 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         retrained: dict[str, Any] = {}
         if not interrupted:  # replicates and confirmation (`retrain`); a rerun resumes them
             try:
-                retrained = after_sweep(
-                    writer,
-                    train,
-                    replicates=replicates,
-                    factor=cfg.confirm.factor,
-                    n=cfg.confirm.n,
-                    trainable=trainable,
-                    resources=Resources.of(cfg),
-                    run_dir=run_dir,
-                    verbose=cfg.ray.verbose,
-                    say=_say_to(sys.stdout if cfg.format == "table" else sys.stderr),
-                )
-            except KeyboardInterrupt:
+                with ctrl_c:
+                    retrained = after_sweep(
+                        writer,
+                        train,
+                        replicates=replicates,
+                        factor=cfg.confirm.factor,
+                        n=cfg.confirm.n,
+                        trainable=trainable,
+                        resources=Resources.of(cfg),
+                        run_dir=run_dir,
+                        verbose=cfg.ray.verbose,
+                        say=_say_to(sys.stdout if cfg.format == "table" else sys.stderr),
+                    )
+            except (KeyboardInterrupt, Exception) as err:
+                if not ctrl_c.interrupted(err):
+                    raise
                 interrupted = True
         in_study = study_counts(writer)
     summary = {
@@ -418,40 +424,31 @@ def _outcome(state: SweepState, trained_before: int, interrupted: bool) -> str:
 
 
 def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals) -> None:
-    from ray import tune
-
     from archsearch.sweep.progress import SweepProgress
 
     if cfg.workers_per_trial > 1:  # the Tune trial is the Train driver; its workers hold the rest
         resources = {"cpu": DRIVER_CPUS}
     else:
         resources = {"cpu": cfg.cpus_per_trial, "gpu": cfg.gpus_per_trial}
-    tuner = tune.Tuner(
-        tune.with_resources(trainable, resources),
-        tune_config=tune.TuneConfig(
-            search_alg=create_searcher(state),
-            scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals, state),
-            num_samples=-1,
-            max_concurrent_trials=cfg.concurrency,
-            # a data-parallel trial's driver is ended when Tune stops it, with its workers
-            reuse_actors=cfg.workers_per_trial == 1,
-            trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
-            trial_name_creator=lambda t: f"trial_{t.trial_id}",
-        ),
-        run_config=tune.RunConfig(
-            name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(state.run_dir / "ray"),
-            verbose=1 if cfg.ray.verbose else 0,
-            callbacks=[create_recorder(state)],
-            failure_config=tune.FailureConfig(max_failures=0),
-            log_to_file=True,
-        ),
+    run = tuner(
+        trainable,
+        resources,
+        name="tune",
+        run_dir=state.run_dir,
+        search_alg=create_searcher(state),
+        scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals, state),
+        num_samples=-1,
+        concurrency=cfg.concurrency,
+        # a data-parallel trial's driver is ended when Tune stops it, with its workers
+        reuse_actors=cfg.workers_per_trial == 1,
+        verbose=cfg.ray.verbose,
+        callbacks=[create_recorder(state)],
     )
     stream = sys.stdout if cfg.format == "table" else sys.stderr  # json: stdout is the result
     with SweepProgress(state, cfg.concurrency, stream=stream) as progress:
         state.on_change = progress.update
         try:
-            tuner.fit()
+            run.fit()
         finally:
             state.on_change = None
 
