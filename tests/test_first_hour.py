@@ -118,6 +118,15 @@ def test_ctrl_c_says_what_was_interrupted_and_exits_130(tmp_path):
     assert states.count("WAITING") >= 1  # the interrupted trials, run first by the next run
 
 
+@pytest.fixture
+def python_sigint():
+    """SIGINT as a fresh Python process has it (raises KeyboardInterrupt), whatever an earlier
+    test of this process left; restored afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _ctrl_c_turned_into(error: Exception):
     """Ctrl-C landing in a library whose cleanup fails on its half-built state and raises its own
     error instead of the KeyboardInterrupt (as OmegaConf's did, building a config mid-sweep)."""
@@ -128,7 +137,7 @@ def _ctrl_c_turned_into(error: Exception):
         raise error
 
 
-def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c():
+def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c(python_sigint):
     with CtrlC() as ctrl_c, pytest.raises(AttributeError):
         _ctrl_c_turned_into(AttributeError("'NoneType' object has no attribute"))
     assert ctrl_c.pressed and ctrl_c.interrupted(AttributeError())
@@ -138,7 +147,9 @@ def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c()
     assert not quiet.interrupted(AttributeError()) and quiet.interrupted(KeyboardInterrupt())
 
 
-def test_the_cli_exits_130_on_a_converted_ctrl_c_and_lets_real_errors_through(monkeypatch, capsys):
+def test_the_cli_exits_130_on_a_converted_ctrl_c_and_lets_real_errors_through(
+    monkeypatch, capsys, python_sigint
+):
     import archsearch.cli as cli
 
     monkeypatch.setattr(cli, "_main", lambda argv: _ctrl_c_turned_into(AttributeError("x")))

@@ -20,8 +20,9 @@ from archsearch.arch import ArchConfig, AttentionConfig, LayersConfig, LinearCon
 from archsearch.cli import main
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
-from archsearch.cost.kernel_fit import fit_kernel
+from archsearch.cost.kernel_fit import fit_kernel, fit_memory
 from archsearch.cost.kernel_latency import gemm_seconds, gemm_work, kernel_seconds
+from archsearch.cost.kernel_timing import MEMORY_SIZES
 from archsearch.cost.kernels import KERNELS, PHASES, Glue, Kernels, parse_kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
@@ -129,6 +130,54 @@ def test_the_learned_roofline_extrapolates_beyond_the_timed_shapes():
         np.array([8192, 6144, 4096]),
         np.array([32768, 65536, 8192]),
     )
+    got = gemm_seconds(device, kernels, m, k, n)
+    np.testing.assert_allclose(got, gemm_work(m, k, n) @ true, rtol=0.05)
+
+
+MIB = 2.0**20
+MEMORY = Glue(0.0, 0.0, 5.5e-11, 10 * MIB, 16 * MIB)  # as measured on a 32 MiB-L3 VM
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(4.0, 24.0), st.floats(1.2, 4.0), st.floats(1e-11, 1e-10))
+def test_the_memory_probe_fit_recovers_a_known_cache_and_stall_per_byte(lo, ratio, byte_s):
+    """Probe times made from a known cache (`lo` .. `lo` x `ratio` MiB) and stall per byte,
+    over a cache-rate stream and a call overhead, are fitted back within 4% wherever the cache
+    holds all or none of the weight (between, the probe's sizes, 10-50% apart, cannot place the
+    transition exactly)."""
+    true = Glue(0.0, 0.0, byte_s, lo * MIB, lo * ratio * MIB)
+    sizes = np.array(MEMORY_SIZES, dtype=np.float64)
+    seconds = 2e-6 + 1.2e-11 * sizes + true.stalls(sizes)
+    got = fit_memory(sizes, seconds)
+    fitted = 2e-6 + 1.2e-11 * sizes + got.stalls(sizes)
+    outside = (sizes < true.cache_lo / 1.1) | (sizes > true.cache_hi * 1.1)  # grid step 7%
+    np.testing.assert_allclose(fitted[outside], seconds[outside], rtol=0.04)
+    assert got.byte_s == pytest.approx(byte_s, rel=0.15)
+    assert got.missing(2 * lo * ratio * MIB) == 1.0 and got.missing(lo * MIB / 2) == 0.0
+
+
+def test_a_kernel_fit_leaves_out_the_stalls_it_met_alone():
+    """GEMM timings that are linear in the work terms while the weight fits the cache, plus the
+    machine's stalls once it does not, fit to the cache-resident time everywhere: the learned
+    time of a GEMM far beyond the cache is its linear work, and the model-level stalls are
+    added once (by `Glue.stalls` over a model's working set), not twice."""
+    true = np.array([0.0, 1.2e-11, 8e-12, 3e-6])
+
+    def measure(shape) -> float:
+        v = shape.values()
+        cached = float(gemm_work(v["m"], v["k"], v["n"])[0] @ true)
+        return cached + float(MEMORY.stalls(4.0 * v["k"] * v["n"]))
+
+    coef, ens, _, _ = fit_kernel("gemm", measure, 64, random.Random(2), MEMORY)
+    kernels = dataclasses.replace(
+        synthetic_kernels(), predictors={"gemm": ens}, bases={"gemm": coef}
+    )
+    device = dataclasses.replace(load_device("nvidia_a10"), kernels=kernels)
+    m, k, n = (
+        np.array([1, 1, 64, 4]),
+        np.array([4096, 8192, 3072, 6144]),
+        np.array([8192, 16384, 8192, 32768]),
+    )  # weights of 128-768 MiB: beyond every timed shape and the cache
     got = gemm_seconds(device, kernels, m, k, n)
     np.testing.assert_allclose(got, gemm_work(m, k, n) @ true, rtol=0.05)
 

@@ -1,24 +1,29 @@
 """Fitting the kernel-level latency predictor on this machine (part of `archsearch calibrate`).
 
 1. The dispatch overhead per operator (`kernel_timing.dispatch_seconds`).
-2. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
+2. The machine's memory stalls (`fit_memory`): a matrix-vector product over weights of 1-256
+   MiB, called again and again, runs from the cache while its weight fits and from memory
+   beyond; the extra seconds per byte that misses, and the two capacities between which the
+   share that misses goes from 0 to 1, are fitted to its times (`kernels.Glue`). Measured on
+   a 2-vCPU EPYC VM (32 MiB L3 shared): 80 GB/s up to 8 MiB, 15 GB/s from 16 MiB.
+3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
    al., MobiSys 2021): time half the budget at random points of the kernel's grid and fit;
    then, in rounds, time fresh random points, record the fitted predictor's error on them (an
    out-of-sample figure: `fresh_error`), time grid neighbours of the worst predicted ones, add
    all and refit. The kernels take their passes in turn (`KernelFit`), so the timings of each
-   are spread over the whole calibration. Each fit is the kernel's learned roofline (seconds
-   per launch, byte, FLOP and call of its work terms, non-negative least squares on relative
-   errors) and a gradient-boosted correction of the log ratio of measured to roofline time
-   (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
-3. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 4-300 MB of weights)
-   are timed and fitted as (sum of their kernels) + a + b x layers + w x bytes x missing(bytes)
-   per phase, bytes the model's working set (weights and decode state), missing the share of it
-   beyond the cache (0 below a capacity, 1 above a second, log-linear between; the two
-   capacities by grid search, a, b, w >= 0 by non-negative least squares on relative errors):
-   a and b the Python and bookkeeping per model and per layer, w what timing a kernel alone
-   misses (its weights stay in the cache between calls; in a model the other layers evict
-   them). The kernels' sum is not scaled: each kernel is timed as the models run it.
-4. A held-out check: other whole models (`validation_models`, other families, widths, depths,
+   are spread over the whole calibration. Each fit is of the kernel's time with its weights
+   and state in the cache (its timings less the stalls of step 2 over its own resident bytes):
+   the kernel's learned roofline (seconds per launch, byte, FLOP and call of its work terms,
+   non-negative least squares on relative errors) and a gradient-boosted correction of the log
+   ratio of measured to roofline time (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
+4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 4-300 MB of weights)
+   are timed and fitted as (sum of their kernels) + (the stalls of step 2 over the model's
+   working set: weights and decode state) + a + b x layers per phase, a and b >= 0 (Python and
+   bookkeeping per model and per layer) by non-negative least squares on relative errors. In a
+   model the other layers evict a kernel's weights once the working set outgrows the cache, so
+   every resident byte stalls as it would in a kernel that large. The kernels' sum is not
+   scaled: each kernel is timed as the models run it.
+5. A held-out check: other whole models (`validation_models`, other families, widths, depths,
    vocabularies, prompt and context lengths than anything fitted above) are timed and
    predicted; their errors are the profile's `validation` figures.
 """
@@ -46,7 +51,7 @@ from archsearch.arch import (
 from archsearch.cost import kernel_timing as timing
 from archsearch.cost import trees
 from archsearch.cost.devices import DeviceProfile
-from archsearch.cost.kernel_latency import gemm_work, work, working_set
+from archsearch.cost.kernel_latency import FP32, gemm_work, resident, work, working_set
 from archsearch.cost.kernels import KERNELS, NO_GLUE, PHASES, Glue, Kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.runtimes import ExportError
@@ -56,6 +61,7 @@ __all__ = [
     "KernelFit",
     "fit_kernel",
     "fit_kernels",
+    "fit_memory",
     "glue_models",
     "kernel_steps",
     "validation_models",
@@ -208,8 +214,9 @@ class KernelFit:
         measure: Callable[[timing.Shape], float | None],
         samples: int,
         rng: random.Random,
+        memory: Glue = NO_GLUE,
     ) -> None:
-        self.kernel, self.measure, self.rng = kernel, measure, rng
+        self.kernel, self.measure, self.rng, self.memory = kernel, measure, rng, memory
         self.per_round, self.initial, self.rounds = _schedule(samples)
         self.passes = self.initial + self.rounds
         self.done = 0  # passes taken
@@ -217,6 +224,7 @@ class KernelFit:
         self.shapes: list[timing.Shape] = []
         self.X: list[np.ndarray] = []
         self.W: list[np.ndarray] = []
+        self.R: list[float] = []  # resident bytes (weights, state): the stalls met alone
         self.y: list[float] = []
         self.coef: np.ndarray | None = None
         self.ens: trees.Ensemble | None = None
@@ -238,7 +246,8 @@ class KernelFit:
         fresh = self._take(_draw(self.kernel, self.rng, self.per_round, self.seen))
         if not fresh or self.coef is None or self.ens is None:
             return
-        errors = np.abs(_predict_rows(self.coef, self.ens, fresh) / [s for *_, s in fresh] - 1)
+        predicted = _predict_rows(self.coef, self.ens, self.memory, fresh)
+        errors = np.abs(predicted / [s for *_, s in fresh] - 1)
         self.fresh_error = float(np.mean(errors))
         worst = [fresh[i][0] for i in np.argsort(-errors)[: self.per_round]]
         near = [timing.neighbour(w, self.rng) for w in worst]
@@ -255,7 +264,8 @@ class KernelFit:
         if self.coef is None or self.ens is None:
             return
         W, X, y = np.array(self.W), np.array(self.X), np.array(self.y)
-        ratio = y / (np.maximum(W @ self.coef, 1e-12) * np.exp(self.ens.predict(X)))
+        stalls = self.memory.stalls(np.array(self.R))
+        ratio = y / (np.maximum(W @ self.coef, 1e-12) * np.exp(self.ens.predict(X)) + stalls)
         for i in np.argsort(-ratio)[: max(1, self.per_round // 2)]:
             if ratio[i] <= SUSPECT:
                 break
@@ -280,24 +290,29 @@ class KernelFit:
             if self.kernel == "gemm":
                 v = shape.values()
                 w = gemm_work(v["m"], v["k"], v["n"])[0]
+                r = FP32 * v["k"] * v["n"]
             else:
                 w = work(self.kernel, c, p)[0]
+                r = float(resident(self.kernel, c, p)[0])
             seconds = self.measure(shape)
             if seconds is not None:
-                rows.append((shape, x[0], w, seconds))
+                rows.append((shape, x[0], w, r, seconds))
         return rows
 
     def _add(self, rows) -> None:
-        for shape, x, w, seconds in rows:
+        for shape, x, w, r, seconds in rows:
             self.shapes.append(shape)
             self.X.append(x)
             self.W.append(w)
+            self.R.append(r)
             self.y.append(seconds)
 
     def _refit(self) -> None:
-        self.coef, self.ens = _fit(
-            np.array(self.X), np.array(self.W), np.array(self.y), KERNELS[self.kernel]
-        )
+        y = np.array(self.y)
+        # what the kernel costs with its weights and state in the cache: less the stalls it
+        # met alone (at most 9/10 of a timing: a timing is never all stalls)
+        cached = np.maximum(y - self.memory.stalls(np.array(self.R)), 0.1 * y)
+        self.coef, self.ens = _fit(np.array(self.X), np.array(self.W), cached, KERNELS[self.kernel])
 
 
 def fit_kernel(
@@ -305,12 +320,14 @@ def fit_kernel(
     measure: Callable[[timing.Shape], float | None],
     samples: int,
     rng: random.Random,
+    memory: Glue = NO_GLUE,
 ) -> tuple[tuple[float, ...] | None, trees.Ensemble | None, int, float]:
     """Adaptive sampling and fit of one kernel alone (`KernelFit`, every pass in a row):
     (learned-roofline coefficients, correction ensemble, shapes timed, relative error on the
     last round's fresh shapes before they were added). `measure(shape)` gives seconds, or None
-    where the runtime cannot run the shape (no fit when it runs none of the first ones)."""
-    fit = KernelFit(kernel, measure, samples, rng)
+    where the runtime cannot run the shape (no fit when it runs none of the first ones);
+    `memory` the machine's stalls (`fit_memory`), which the fit leaves out."""
+    fit = KernelFit(kernel, measure, samples, rng, memory)
     for _ in range(fit.passes):
         fit.step()
     return fit.result()
@@ -330,10 +347,38 @@ def _fit(
     return coef, trees.fit(X, np.log(y / base), names, **TREES)
 
 
-def _predict_rows(coef: np.ndarray, ens: trees.Ensemble, rows) -> np.ndarray:
-    X = np.array([x for _, x, _, _ in rows])
-    W = np.array([w for _, _, w, _ in rows])
-    return np.maximum(W @ coef, 1e-12) * np.exp(ens.predict(X))
+def _predict_rows(coef: np.ndarray, ens: trees.Ensemble, memory: Glue, rows) -> np.ndarray:
+    X = np.array([x for _, x, *_ in rows])
+    W = np.array([w for _, _, w, *_ in rows])
+    R = np.array([r for *_, r, _ in rows])
+    return np.maximum(W @ coef, 1e-12) * np.exp(ens.predict(X)) + memory.stalls(R)
+
+
+def fit_memory(sizes, seconds) -> Glue:
+    """The machine's memory stalls (`Glue` with no per-model or per-layer terms) from the
+    seconds of a matrix-vector product over weights of `sizes` bytes
+    (`kernel_timing.memory_seconds`): seconds = t0 + r x bytes + byte_s x bytes x
+    missing(bytes); the two capacities of `missing` by grid search over the sizes' range, t0,
+    r and byte_s >= 0 by non-negative least squares on relative errors."""
+    from scipy.optimize import nnls
+
+    sizes = np.asarray(sizes, dtype=np.float64)
+    seconds = np.asarray(seconds, dtype=np.float64)
+    grid = np.geomspace(sizes.min(), sizes.max(), 81)
+    best: tuple[float, Glue] | None = None
+    for lo in grid:
+        for hi in grid[grid > lo]:
+            shape = Glue(0.0, 0.0, 1.0, float(lo), float(hi))
+            A = (
+                np.column_stack([np.ones_like(sizes), sizes, shape.stalls(sizes)])
+                / seconds[:, None]
+            )
+            norm = np.maximum(A.max(axis=0), 1e-300)
+            coef, residual = nnls(A / norm, np.ones_like(sizes))
+            if best is None or residual < best[0]:
+                best = (residual, Glue(0.0, 0.0, float(coef[2] / norm[2]), float(lo), float(hi)))
+    assert best is not None
+    return best[1]
 
 
 def _with(device: DeviceProfile, kernels: Kernels) -> DeviceProfile:
@@ -361,35 +406,22 @@ def _working(arch: ArchConfig, prompt: int, context: int) -> tuple[float, float]
     )
 
 
-def _fit_glue(measured, predicted, layers, working) -> dict[str, Glue]:
-    """measured = predicted + a + b x layers + w x bytes x missing(bytes) per phase (see the
-    module docstring): the capacities by grid search, a, b, w by non-negative least squares on
-    relative errors; the least squared relative error wins."""
+def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, Glue]:
+    """measured = predicted + a + b x layers + memory's stalls of the working set, per phase
+    (see the module docstring): a, b >= 0 by non-negative least squares on relative errors."""
     from scipy.optimize import nnls
 
     layers = np.array(layers, dtype=np.float64)
-    grid = np.geomspace(2**20, 2**31, 31)  # 1 MiB .. 2 GiB
     glue = {}
     for i, phase in enumerate(PHASES):
         meas = np.array([m[i] for m in measured])
         pred = np.array([p[i] for p in predicted])
         nbytes = np.array([w[i] for w in working], dtype=np.float64)
-        target = 1.0 - pred / meas
-        best: tuple[float, Glue] | None = None
-        for lo in grid:
-            for hi in grid[grid > lo]:
-                shape = Glue(1.0, 1.0, 1.0, float(lo), float(hi))
-                A = (
-                    np.column_stack([np.ones_like(meas), layers, nbytes * shape.missing(nbytes)])
-                    / meas[:, None]
-                )
-                norm = np.maximum(A.max(axis=0), 1e-300)
-                coef, residual = nnls(A / norm, target)
-                if best is None or residual < best[0]:
-                    a, b, w = coef / norm
-                    best = (residual, Glue(float(a), float(b), float(w), float(lo), float(hi)))
-        assert best is not None
-        glue[phase] = best[1]
+        target = 1.0 - (pred + memory.stalls(nbytes)) / meas
+        A = np.column_stack([np.ones_like(meas), layers]) / meas[:, None]
+        norm = np.maximum(A.max(axis=0), 1e-300)
+        a, b = nnls(A / norm, target)[0] / norm
+        glue[phase] = dataclasses.replace(memory, model_s=float(a), layer_s=float(b))
     return glue
 
 
@@ -451,6 +483,10 @@ def fit_kernels(
         glue={phase: NO_GLUE for phase in PHASES},
     )
     note("dispatch overhead per operator")
+    sizes = timing.MEMORY_SIZES[:8] if quick else timing.MEMORY_SIZES
+    memory_s = [timing.memory_seconds(n, reps, plan["min_time"]) for n in sizes]
+    memory = fit_memory(sizes, memory_s)
+    note("memory stalls: a matrix-vector product over 1-256 MiB")
 
     def measure(shape: timing.Shape) -> float | None:
         try:
@@ -458,7 +494,9 @@ def fit_kernels(
         except ExportError:  # the runtime cannot run it: that kernel keeps its analytic time
             return None
 
-    fits = {k: KernelFit(k, measure, _budget(k, plan["samples"]), rng) for k in plan["kernels"]}
+    fits = {
+        k: KernelFit(k, measure, _budget(k, plan["samples"]), rng, memory) for k in plan["kernels"]
+    }
     passes = max(f.passes for f in fits.values())
     for i in range(passes):  # interleaved: a pass of every kernel, then the next
         for fit in fits.values():
@@ -493,9 +531,11 @@ def fit_kernels(
     glue_archs, glue_meas = timed(glue_models()[: plan["glue"]], GLUE_PROMPT, GLUE_CONTEXT)
     glue_pred = [_predict(_with(device, kernels), a, GLUE_PROMPT, GLUE_CONTEXT) for a in glue_archs]
     working = [_working(a, GLUE_PROMPT, GLUE_CONTEXT) for a in glue_archs]
-    if glue_archs:  # else no whole model runs in the runtime: the kernels' sum alone
-        glue = _fit_glue(glue_meas, glue_pred, [a.n_layers for a in glue_archs], working)
-        kernels = dataclasses.replace(kernels, glue=glue)
+    if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
+        glue = _fit_glue(glue_meas, glue_pred, [a.n_layers for a in glue_archs], working, memory)
+    else:
+        glue = {phase: memory for phase in PHASES}
+    kernels = dataclasses.replace(kernels, glue=glue)
     if skipped:
         note(f"model-level overhead; {', '.join(skipped)}: not run in {runtime}, analytic kept")
     else:
@@ -510,6 +550,7 @@ def fit_kernels(
         "kernels": kernels.to_dict(),
         "validation": _validation(val_meas, val_pred) if held_out else {},
         "raw": {
+            "memory": [{"bytes": n, "seconds": t} for n, t in zip(sizes, memory_s)],
             "glue": [
                 {"arch": a.summary(), "measured_s": m, "predicted_s": p}
                 for a, m, p in zip(glue_archs, glue_meas, glue_pred)

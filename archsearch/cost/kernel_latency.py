@@ -45,6 +45,7 @@ __all__ = [
     "kernel_seconds",
     "kernel_time",
     "module_kernel",
+    "resident",
     "work",
 ]
 
@@ -121,17 +122,15 @@ def analytic_seconds(ops: list[Op], device: DeviceProfile, kernels: Kernels, n: 
 
 def _implementation_traffic(kernel: str, c: Columns, p: Phase) -> list[Op]:
     """Memory traffic of how `archsearch.models` runs a decode step beyond the ideal kernel's
-    (which the cost model's ops count): the step writes its cache anew (`torch.cat`), and MLA's
-    absorbed products broadcast the latent cache to every head. Without it the analytic time
-    would not grow with the context and heads as the measured one does, beyond the contexts
-    and widths calibration timed."""
+    (which the cost model's ops count): the step writes its cache anew (`torch.cat`). Without
+    it the analytic time would not grow with the context as the measured one does, beyond the
+    contexts calibration timed."""
     if kernel not in ("gqa.step", "mla.step"):
         return []
     m = np.where(c.W > 0, np.minimum(p.n0 + 1, c.W), p.n0 + 1)
     if kernel == "gqa.step":
         return [Op("attn.cache_copy", acts=p.B * 2 * c.G * c.dh * m)]
-    latent = p.B * m * (c.dc + c.dr)
-    return [Op("mla.cache_copy", acts=latent), Op("mla.broadcast", acts=2.0 * c.H * latent)]
+    return [Op("mla.cache_copy", acts=p.B * m * (c.dc + c.dr))]
 
 
 def _kernel_ops(kernel: str, c: Columns, p: Phase) -> list[Op]:
@@ -154,6 +153,15 @@ def work(kernel: str, c: Columns, p: Phase) -> np.ndarray:
         out[:, 0] += np.asarray(op.launches, dtype=np.float64)
         out[:, 1] += FP32 * (np.asarray(op.weights, dtype=np.float64) + op.acts + op.state)
         out[:, 2] += np.asarray(op.flops, dtype=np.float64) + op.extra_flops
+    return out
+
+
+def resident(kernel: str, c: Columns, p: Phase) -> np.ndarray:
+    """fp32 bytes a kernel reads again on every call: its weights and decode state (a kernel
+    timed alone finds them in the cache while they fit; `kernels.Glue.alone`)."""
+    out = np.zeros(c.n)
+    for op in _kernel_ops(kernel, c, p):
+        out = out + FP32 * (np.asarray(op.weights, dtype=np.float64) + op.state)
     return out
 
 

@@ -49,9 +49,11 @@ __all__ = [
     "GRIDS",
     "MAX_GEMM_FLOPS",
     "MAX_TOKENS",
+    "MEMORY_SIZES",
     "Shape",
     "affordable",
     "dispatch_seconds",
+    "memory_seconds",
     "neighbour",
     "random_shape",
     "seconds_per_call",
@@ -326,6 +328,23 @@ def dispatch_seconds(runtime: str, repeats: int) -> float:
     x = torch.zeros(1)
     t = [seconds_per_call(prepare(runtime, Chain(n), (x,)), repeats, 0.01) for n in (100, 200)]
     return max(t[1] - t[0], 0.0) / 100
+
+
+MEMORY_SIZES = tuple(
+    2**20 * mb for mb in (1, 2, 4, 6, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256)
+)
+
+
+def memory_seconds(nbytes: int, repeats: int, min_time: float) -> float:
+    """Seconds of one matrix-vector product streaming an fp32 weight of `nbytes` (1024 columns)
+    called again and again, as a kernel is timed: its weight stays in the cache while it fits
+    and comes from memory once it does not (the memory hierarchy of the machine, whatever the
+    runtime)."""
+    import torch
+
+    weight = torch.randn(max(1, int(nbytes) // 4096), 1024)
+    x = torch.randn(1024)
+    return seconds_per_call(lambda: torch.mv(weight, x), repeats, min_time)
 
 
 def time_model(

@@ -191,12 +191,17 @@ def gemm_features(m, k, n) -> np.ndarray:
 @dataclass(frozen=True)
 class Glue:
     """What a model costs beyond the sum of its kernels, for one phase: seconds per model and
-    per layer (Python, state bookkeeping), and the memory stalls a kernel timed alone does not
-    see. A kernel timed alone, again and again, finds its weights in the cache; in a model the
-    other layers have evicted them once the model's working set (weights and decode state)
-    outgrows the cache. So each byte of the working set costs `byte_s` more, times the share
-    of it that misses: 0 below `cache_lo` bytes, 1 above `cache_hi`, log-linear between (the
-    effective capacity is the VM's share of a shared cache, so it is fitted, not read)."""
+    per layer (Python, state bookkeeping), and the memory stalls of its working set.
+
+    A kernel timed alone, again and again, finds its weights and state in the cache while they
+    fit; in a model the other layers have evicted them once the model's working set (weights
+    and decode state) outgrows the cache. Each byte that misses costs `byte_s` more than one
+    that hits; the share that misses is 0 below `cache_lo` bytes, 1 above `cache_hi`,
+    log-linear between. The three are measured (`archsearch calibrate` times a matrix-vector
+    product over weights of 1-256 MiB: the effective capacity is the VM's share of a shared
+    cache, so it is measured, not read). A kernel's learned time excludes the stalls it met
+    alone (`stalls` of its own resident bytes, subtracted from its timings before its fit); a
+    model adds those of its whole working set."""
 
     model_s: float
     layer_s: float
@@ -209,7 +214,7 @@ class Glue:
         return self.model_s + self.layer_s * np.asarray(layers, dtype=np.float64)
 
     def stalls(self, nbytes) -> np.ndarray:
-        """Seconds of memory stalls of a working set of `nbytes`."""
+        """Seconds of memory stalls of a working set of `nbytes` read once per call."""
         return self.byte_s * np.asarray(nbytes, dtype=np.float64) * self.missing(nbytes)
 
     def missing(self, nbytes) -> np.ndarray:

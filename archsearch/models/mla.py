@@ -150,13 +150,15 @@ class MLA(nn.Module):
         H, dn, dv = self.n_heads, self.dn, self.dv
         w = self.kv_b.weight.view(H, dn + dv, self.dc)
         w_uk, w_uv = w[:, :dn], w[:, dn:]  # [H, dn, dc], [H, dv, dc]
-        q_lat = torch.matmul(q_nope, w_uk)  # [B, H, 1, dc]: W_UK folded into the query
-        scores = torch.matmul(q_lat, c[:, None].transpose(-1, -2))  # [B, H, 1, m]
-        scores = scores + torch.matmul(q_rope, k_rope[:, None].transpose(-1, -2))
+        # heads are the rows of each product: every weight and the cache are read once (a
+        # broadcast matmul over heads or batch would copy the cache per head, the weights per row)
+        q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w_uk).transpose(0, 1)  # [B, H, dc]
+        scores = torch.bmm(q_rope[:, :, 0], k_rope.transpose(1, 2))  # [B, H, m]
+        scores = torch.baddbmm(scores, q_lat, c.transpose(1, 2))  # + the latent part
         probs = torch.softmax(scores * self.scale, dim=-1)
-        o_lat = torch.matmul(probs, c[:, None])  # [B, H, 1, dc]
-        o = torch.matmul(o_lat, w_uv.transpose(-1, -2))  # [B, H, 1, dv]: W_UV folded in
-        y = self.o_proj(o.transpose(1, 2).reshape(x.shape[0], H * dv))
+        o_lat = torch.bmm(probs, c)  # [B, H, dc]
+        o = torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, B, dv]: W_UV folded in
+        y = self.o_proj(o.transpose(0, 1).reshape(x.shape[0], H * dv))
         return y, new
 
     def step_reference(self, x: torch.Tensor, state: Cache, pos: int) -> tuple[torch.Tensor, Cache]:
