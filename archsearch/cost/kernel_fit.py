@@ -5,7 +5,8 @@
    MiB, called again and again, runs from the cache while its weight fits and from memory
    beyond; the extra seconds per byte that misses, and the two capacities between which the
    share that misses goes from 0 to 1, are fitted to its times (`kernels.Glue`). Measured on
-   a 2-vCPU EPYC VM (32 MiB L3 shared): 80 GB/s up to 8 MiB, 15 GB/s from 16 MiB.
+   a 2-vCPU EPYC VM (32 MiB of L3 shared with other tenants), quiet: 73-76 GB/s up to 14 MiB,
+   20 GB/s from 32 MiB; with the other vCPU busy: 80 GB/s up to 8 MiB, 15 GB/s from 16 MiB.
 3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
    al., MobiSys 2021): time half the budget at random points of the kernel's grid and fit;
    then, in rounds, time fresh random points, record the fitted predictor's error on them (an
@@ -17,11 +18,12 @@
    non-negative least squares on relative errors) and a gradient-boosted correction of the log
    ratio of measured to roofline time (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
 4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 4-300 MB of weights)
-   are timed and fitted as (sum of their kernels) + (the stalls of step 2 over the model's
-   working set: weights and decode state) + a + b x layers per phase, a and b >= 0 (Python and
-   bookkeeping per model and per layer) by non-negative least squares on relative errors. In a
-   model the other layers evict a kernel's weights once the working set outgrows the cache, so
-   every resident byte stalls as it would in a kernel that large. The kernels' sum is not
+   are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
+   working set: weights and decode state) + a + b x layers per phase, a, b, w >= 0 (Python and
+   bookkeeping per model and per layer; how much more a missed byte costs in a model than in
+   the probe) by non-negative least squares on relative errors. In a model the other layers
+   evict a kernel's weights once the working set outgrows the cache, so every resident byte
+   stalls as it would in a kernel that large. The kernels' sum is not
    scaled: each kernel is timed as the models run it.
 5. A held-out check: other whole models (`validation_models`, other families, widths, depths,
    vocabularies, prompt and context lengths than anything fitted above) are timed and
@@ -407,8 +409,11 @@ def _working(arch: ArchConfig, prompt: int, context: int) -> tuple[float, float]
 
 
 def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, Glue]:
-    """measured = predicted + a + b x layers + memory's stalls of the working set, per phase
-    (see the module docstring): a, b >= 0 by non-negative least squares on relative errors."""
+    """measured = predicted + a + b x layers + w x memory's stalls of the working set, per
+    phase (see the module docstring): a, b, w >= 0 by non-negative least squares on relative
+    errors. w is how much more a byte that misses costs in a model than in the probe's
+    streaming product (measured here: 1.2-1.5 x; many smaller matrices in turn prefetch worse
+    than one long stream)."""
     from scipy.optimize import nnls
 
     layers = np.array(layers, dtype=np.float64)
@@ -417,11 +422,12 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
         meas = np.array([m[i] for m in measured])
         pred = np.array([p[i] for p in predicted])
         nbytes = np.array([w[i] for w in working], dtype=np.float64)
-        target = 1.0 - (pred + memory.stalls(nbytes)) / meas
-        A = np.column_stack([np.ones_like(meas), layers]) / meas[:, None]
+        A = np.column_stack([np.ones_like(meas), layers, memory.stalls(nbytes)]) / meas[:, None]
         norm = np.maximum(A.max(axis=0), 1e-300)
-        a, b = nnls(A / norm, target)[0] / norm
-        glue[phase] = dataclasses.replace(memory, model_s=float(a), layer_s=float(b))
+        a, b, w = nnls(A / norm, 1.0 - pred / meas)[0] / norm
+        glue[phase] = Glue(
+            float(a), float(b), float(w * memory.byte_s), memory.cache_lo, memory.cache_hi
+        )
     return glue
 
 
