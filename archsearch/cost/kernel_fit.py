@@ -154,9 +154,9 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
 
 
 def kernel_steps(quick: bool, samples: int = 128) -> int:
-    """Progress steps `fit_kernels` reports."""
+    """Progress steps `fit_kernels` reports: dispatch, memory, each kernel pass, glue, held-out."""
     plan = _plan(quick, samples)
-    return max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"]) + 3
+    return max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"]) + 4
 
 
 def _budget(kernel: str, samples: int) -> int:
