@@ -411,9 +411,9 @@ def _working(arch: ArchConfig, prompt: int, context: int) -> tuple[float, float]
 def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, Glue]:
     """measured = predicted + a + b x layers + w x memory's stalls of the working set, per
     phase (see the module docstring): a, b, w >= 0 by non-negative least squares on relative
-    errors. w is how much more a byte that misses costs in a model than in the probe's
-    streaming product (measured here: 1.2-1.5 x; many smaller matrices in turn prefetch worse
-    than one long stream)."""
+    errors. w is how much a byte that misses costs in a model against the probe's one long
+    stream (shipped `local` profile: about 1.1 for a decode step, 0.6 for a prefill, whose
+    weights are read once for many tokens)."""
     from scipy.optimize import nnls
 
     layers = np.array(layers, dtype=np.float64)
