@@ -94,12 +94,15 @@ def _record(run_dir: Path, pid: int) -> dict | None:
 
 
 def _trial_running(run_dir: Path) -> bool:
+    """Whether a trial is running and carries its driver (written just after the trial is
+    created: a driver killed between the two leaves a trial no run can attribute, which the
+    next run takes back only once it is older than GRACE_S)."""
     if not (run_dir / "study.db").exists():
         return False
     with contextlib.suppress(Exception):  # the study may not exist yet
         storage = open_storage(f"sqlite:///{run_dir / 'study.db'}")
         study = optuna.load_study(study_name="private", storage=storage)
-        return any(r.status == "running" for r in records(study))
+        return any(r.status == "running" and r.attrs.get("driver") for r in records(study))
     return False
 
 
