@@ -335,16 +335,22 @@ def fit_kernel(
     return fit.result()
 
 
+def _nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative least squares of A x = b, solved on unit-scaled columns (a fit's terms span
+    1 .. 1e13): (x, residual)."""
+    from scipy.optimize import nnls
+
+    norm = np.maximum(A.max(axis=0), 1e-300)
+    x, residual = nnls(A / norm, b)
+    return x / norm, float(residual)
+
+
 def _fit(
     X: np.ndarray, W: np.ndarray, y: np.ndarray, names: tuple[str, ...]
 ) -> tuple[np.ndarray, trees.Ensemble]:
     """(roofline coefficients: non-negative least squares of the work terms W on the timings y,
     relative errors; the trees' fit of log(y / roofline) on the features X)."""
-    from scipy.optimize import nnls
-
-    A = W / y[:, None]
-    norm = np.maximum(A.max(axis=0), 1e-300)  # columns span 1 .. 1e13: solve on unit columns
-    coef = nnls(A / norm, np.ones(len(y)))[0] / norm
+    coef = _nnls(W / y[:, None], np.ones(len(y)))[0]
     base = np.maximum(W @ coef, 1e-12)
     return coef, trees.fit(X, np.log(y / base), names, **TREES)
 
@@ -362,8 +368,6 @@ def fit_memory(sizes, seconds) -> Glue:
     (`kernel_timing.memory_seconds`): seconds = t0 + r x bytes + byte_s x bytes x
     missing(bytes); the two capacities of `missing` by grid search over the sizes' range, t0,
     r and byte_s >= 0 by non-negative least squares on relative errors."""
-    from scipy.optimize import nnls
-
     sizes = np.asarray(sizes, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
     grid = np.geomspace(sizes.min(), sizes.max(), 81)
@@ -371,14 +375,10 @@ def fit_memory(sizes, seconds) -> Glue:
     for lo in grid:
         for hi in grid[grid > lo]:
             shape = Glue(0.0, 0.0, 1.0, float(lo), float(hi))
-            A = (
-                np.column_stack([np.ones_like(sizes), sizes, shape.stalls(sizes)])
-                / seconds[:, None]
-            )
-            norm = np.maximum(A.max(axis=0), 1e-300)
-            coef, residual = nnls(A / norm, np.ones_like(sizes))
+            A = np.column_stack([np.ones_like(sizes), sizes, shape.stalls(sizes)])
+            coef, residual = _nnls(A / seconds[:, None], np.ones_like(sizes))
             if best is None or residual < best[0]:
-                best = (residual, Glue(0.0, 0.0, float(coef[2] / norm[2]), float(lo), float(hi)))
+                best = (residual, Glue(0.0, 0.0, float(coef[2]), float(lo), float(hi)))
     assert best is not None
     return best[1]
 
@@ -414,8 +414,6 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
     errors. w is how much a byte that misses costs in a model against the probe's one long
     stream (shipped `local` profile: about 1.1 for a decode step, 0.6 for a prefill, whose
     weights are read once for many tokens)."""
-    from scipy.optimize import nnls
-
     layers = np.array(layers, dtype=np.float64)
     glue = {}
     for i, phase in enumerate(PHASES):
@@ -423,8 +421,7 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
         pred = np.array([p[i] for p in predicted])
         nbytes = np.array([w[i] for w in working], dtype=np.float64)
         A = np.column_stack([np.ones_like(meas), layers, memory.stalls(nbytes)]) / meas[:, None]
-        norm = np.maximum(A.max(axis=0), 1e-300)
-        a, b, w = nnls(A / norm, 1.0 - pred / meas)[0] / norm
+        a, b, w = _nnls(A, 1.0 - pred / meas)[0]
         glue[phase] = Glue(
             float(a), float(b), float(w * memory.byte_s), memory.cache_lo, memory.cache_hi
         )

@@ -158,7 +158,7 @@ def work(kernel: str, c: Columns, p: Phase) -> np.ndarray:
 
 def resident(kernel: str, c: Columns, p: Phase) -> np.ndarray:
     """fp32 bytes a kernel reads again on every call: its weights and decode state (a kernel
-    timed alone finds them in the cache while they fit; `kernels.Glue.alone`)."""
+    timed alone finds them in the cache while they fit; `kernels.Glue.stalls`)."""
     out = np.zeros(c.n)
     for op in _kernel_ops(kernel, c, p):
         out = out + FP32 * (np.asarray(op.weights, dtype=np.float64) + op.state)

@@ -197,11 +197,12 @@ class Glue:
     fit; in a model the other layers have evicted them once the model's working set (weights
     and decode state) outgrows the cache. Each byte that misses costs `byte_s` more than one
     that hits; the share that misses is 0 below `cache_lo` bytes, 1 above `cache_hi`,
-    log-linear between. The three are measured (`archsearch calibrate` times a matrix-vector
-    product over weights of 1-256 MiB: the effective capacity is the VM's share of a shared
-    cache, so it is measured, not read). A kernel's learned time excludes the stalls it met
-    alone (`stalls` of its own resident bytes, subtracted from its timings before its fit); a
-    model adds those of its whole working set."""
+    log-linear between. The capacities are measured (`archsearch calibrate` times a
+    matrix-vector product over weights of 1-256 MiB: the effective capacity is the VM's share
+    of a shared cache, so it is measured, not read), and so is the probe's cost per missed
+    byte, which a phase's `byte_s` scales by a factor fitted to whole models. A kernel's
+    learned time excludes the stalls it met alone (`stalls` of its own resident bytes,
+    subtracted from its timings before its fit); a model adds those of its whole working set."""
 
     model_s: float
     layer_s: float
