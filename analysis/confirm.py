@@ -248,6 +248,7 @@ def _extrapolate(data: StudyData, c: Confirmation, train: dict[str, Any]) -> Non
     from archsearch.trainers.extrapolate import predict_loss
 
     curves = data.curves([t.trial for t in c.trials])
+    params = _parameters(data)
     errors, within = [], []
     for t in c.trials:
         if t.val_loss is None:
@@ -258,7 +259,7 @@ def _extrapolate(data: StudyData, c: Confirmation, train: dict[str, Any]) -> Non
             t.not_predicted = "the sandbox trial stored no curve"
             continue
         try:
-            pred = predict_loss(curve, train, c.budget)
+            pred = predict_loss(curve, train, c.budget, params=params.get(t.trial))
         except ValueError as err:
             t.not_predicted = f"the curve could not be fitted ({err})"
             continue
@@ -283,16 +284,18 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     done = [t for t in c.trials if t.predicted is not None]
     conf_curves = data.curves([t.confirmation for t in done])
     confirm_train = {**train, "budget": c.budget}
+    params = _parameters(data)
     sandbox_runs, confirm_runs = [], {}
     for n, curve in curves.items():
         try:
-            sandbox_runs.append(Run.of(str(n), (curve or {}).get("evals") or [], train))
+            evals = (curve or {}).get("evals") or []
+            sandbox_runs.append(Run.of(str(n), evals, train, params.get(n)))
         except ValueError:
             continue
     for t in done:
         try:
             evals = (conf_curves.get(t.confirmation) or {}).get("evals") or []
-            confirm_runs[t.trial] = Run.of(str(t.trial), evals, confirm_train)
+            confirm_runs[t.trial] = Run.of(str(t.trial), evals, confirm_train, params.get(t.trial))
         except ValueError:
             continue
     if len(confirm_runs) < 2:
@@ -302,7 +305,9 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
         others = [run for k, run in confirm_runs.items() if k != t.trial]
         try:
             shape = fit_shape(sandbox_runs + others)
-            pred = predict_loss(curves[t.trial], train, c.budget, shape=shape)
+            pred = predict_loss(
+                curves[t.trial], train, c.budget, shape=shape, params=params.get(t.trial)
+            )
         except ValueError:
             continue
         errors.append(abs(pred.value - t.val_loss) / t.val_loss * 100.0)
@@ -310,6 +315,17 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     if errors:
         c.calibrated_mape_pct = float(np.mean(errors))
         c.calibrated_within_2sigma = float(np.mean(within))
+
+
+def _parameters(data: StudyData) -> dict[int, float | None]:
+    """Each trial's parameter count as priced when it ran (the law's size term; None:
+    not stored)."""
+    out: dict[int, float | None] = {}
+    for r in data.records:
+        value = r.attrs.get("params")
+        ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+        out[r.number] = float(value) if ok else None
+    return out
 
 
 # ---- figures ----------------------------------------------------------------------------------

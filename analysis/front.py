@@ -118,7 +118,7 @@ def predict_axes(records: list[TrialRecord], labels: list[str], train: dict, cur
             if spec.label in stored:
                 continue
             try:
-                got = predict_loss(curve, train, spec.predicted_at)
+                got = predict_loss(curve, train, spec.predicted_at, params=r.attrs.get("params"))
             except ValueError:
                 continue
             stored[spec.label] = {"value": got.value, "std": got.std, "law": got.law}

@@ -125,13 +125,15 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
     from archsearch.trainers.extrapolate import Run, fit_shape, predict_loss
 
     def run(h, res):
-        return Run.of(h, res["evals"], res["config"])
+        return Run.of(h, res["evals"], res["config"], res["n_params"])
 
     base = [run(h, r) for h, r in sandbox.items()]
 
     def predict(h, shape):
         r = sandbox[h]
-        return predict_loss({"evals": r["evals"]}, r["config"], TEN_X, shape=shape)
+        return predict_loss(
+            {"evals": r["evals"]}, r["config"], TEN_X, shape=shape, params=r["n_params"]
+        )
 
     def figures(pairs):
         errs = np.array([p.value / loss(big[h]) - 1 for h, p in pairs])
@@ -159,12 +161,13 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
         abs(loss(sandbox[h]) * np.mean(ratio) / loss(big[h]) - 1) for h in big if h not in confirmed
     ]
     return {
-        "law": "Tissue et al. 2024 LR-annealing law; shape shared by the study, "
-        "amplitude per trial",
+        "law": "Tissue et al. 2024 LR-annealing law; shape shared by the study (with a floor "
+        "linear in ln parameters), amplitude per trial",
         "shape_from_confirmed": {
             "alpha": shape.alpha,
             "floor": shape.floor,
             "anneal": shape.anneal,
+            "size_slope": shape.size_slope,
             "confirmed": len(confirmed),
         },
         "held_out_after_confirm_n4": figures(held),

@@ -37,7 +37,7 @@ def areas(budget_tokens: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def law_curve(budget_tokens: int, floor, alpha, anneal, amp, fractions=(0.25, 0.5, 0.75, 1.0)):
-    """Eval points of a run that follows the law exactly."""
+    """Eval points of a run that follows the law exactly (`floor`: this model's floor)."""
     s1, s2 = areas(budget_tokens)
     total = budget_tokens // PER_STEP
     evals = []
@@ -75,6 +75,51 @@ def test_shape_and_amplitudes_are_recovered_and_predict_a_larger_budget():
         true = law_curve(1_600_000, floor, alpha, anneal, amps[i])[-1]["val_loss"]
         assert got.value == pytest.approx(true, rel=0.01)
         assert 0 < got.std < 0.05 * true
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    slope=st.floats(-0.3, 0.0),
+    noise=st.floats(0.0, 0.003),
+    seed=st.integers(0, 1000),
+)
+def test_a_floor_that_depends_on_size_is_recovered(slope, noise, seed):
+    """Runs whose floors follow L0 + k ln(N / 1M): k is recovered from the sandbox curves and
+    a few confirmations, and the architectures never confirmed are predicted at 10x; runs
+    without parameter counts are fitted without the term."""
+    floor, alpha, anneal = 1.0, 0.3, 0.003
+    rng = np.random.default_rng(seed)
+    sizes = [50_000, 120_000, 300_000, 700_000, 1_500_000, 4_000_000]
+    amps = rng.uniform(2.0, 4.0, len(sizes))
+    runs, plain = [], []
+
+    def noisy(evals):
+        for e in evals:
+            e["val_loss"] += noise * rng.standard_normal()
+        return evals
+
+    def floor_of(n):
+        return floor + slope * np.log(n / 1e6)
+
+    for i, (n, amp) in enumerate(zip(sizes, amps)):
+        budgets = (160_000, 1_600_000) if i in (0, 2, 5) else (160_000,)
+        for tokens in budgets:
+            evals = noisy(law_curve(tokens, floor_of(n), alpha, anneal, amp))
+            runs.append(Run.of(f"a{i}", evals, train_of(tokens), params=n))
+            plain.append(Run.of(f"a{i}", evals, train_of(tokens)))
+    shape = fit_shape(runs)
+    assert shape.size_slope == pytest.approx(slope, abs=0.03 + 10 * noise)
+    assert fit_shape(plain).size_slope == 0.0
+    for i in (1, 3, 4):  # never confirmed: predicted from the sandbox curve and the size
+        n, amp = sizes[i], amps[i]
+        curve = {"evals": law_curve(160_000, floor_of(n), alpha, anneal, amp)}
+        got = predict_loss(curve, train_of(160_000), "tokens:1.6M", shape=shape, params=n)
+        true = law_curve(1_600_000, floor_of(n), alpha, anneal, amp)[-1]["val_loss"]
+        assert got.value == pytest.approx(true, rel=0.01 + 5 * noise)
+    with pytest.raises(ValueError, match="parameter count"):
+        predict_loss(curve, train_of(160_000), "tokens:1.6M", shape=shape)
+    with pytest.raises(ValueError, match="positive"):
+        Run.of("a", curve["evals"], train_of(160_000), params=0)
 
 
 @settings(max_examples=15, deadline=None)
@@ -141,16 +186,22 @@ def test_the_sweep_stores_a_predicted_objective_with_its_error():
     evals = law_curve(160_000, 1.0, 0.3, 0.002, 2.5)
     res = {"metrics": {"val_loss": evals[-1]["val_loss"]}, "evals": evals, "tokens": 160_000}
     res["config"] = TrainConfig.from_dict(train_of(160_000)).to_dict()
+    res["n_params"] = 300_000
     attrs: dict = {}
     spec = MetricSpec.parse("val_loss@tokens:1.6M")
     value = training_value(spec, res, attrs)
-    expected = predict_loss({"evals": evals}, train_of(160_000), "tokens:1.6M")
+    expected = predict_loss({"evals": evals}, train_of(160_000), "tokens:1.6M", params=300_000)
     assert value == pytest.approx(expected.value)
     assert attrs["predicted"][spec.label]["std"] == pytest.approx(expected.std)
     assert value < evals[-1]["val_loss"]  # more tokens, lower loss
     assert training_value(MetricSpec.parse("val_loss"), res, {}) == evals[-1]["val_loss"]
     with pytest.raises(ValueError):
         training_value(spec, {**res, "evals": []}, {})
+    # the prior's floor depends on size: a trial without a parameter count is not predicted
+    with pytest.raises(ValueError, match="parameter count"):
+        training_value(spec, {**res, "n_params": None}, {})
+    smaller = training_value(spec, {**res, "n_params": 100_000}, {})
+    assert smaller > value  # same curve, fewer parameters: a higher floor
 
 
 def test_a_predicted_loss_is_an_axis_of_any_trained_study_with_its_error(tmp_path):
@@ -187,7 +238,8 @@ def test_a_predicted_loss_is_an_axis_of_any_trained_study_with_its_error(tmp_pat
     assert [a.label for a in axes] == ["params", label]
     front = analyse(data, "rpi5", axes, is_default=False)
     for r, v in zip(front.trained, front.values):
-        expected = predict_loss(curves[r.number], train_of(160_000), "tokens:1.6M")
+        params = r.attrs["params"]
+        expected = predict_loss(curves[r.number], train_of(160_000), "tokens:1.6M", params=params)
         assert v[1] == pytest.approx(expected.value)
         row = front.row(r, v)
         assert row[f"{label}:predicted_std"] == pytest.approx(expected.std)

@@ -7,8 +7,8 @@ stops a trial only when even its optimistic outcome could not reach the front:
 - its cost objectives (latency, memory, ...) are known before it trains: the launched
   candidate's priced costs (with `latency.mode=measured` a measured latency is not known yet,
   so that axis gives no bound);
-- its final validation loss is predicted from its eval points so far by
-  `archsearch.trainers.extrapolate.predict_final` (value +- std, nats/token); the optimistic loss
+- its final validation loss is predicted from its eval points so far and its parameter count
+  by `archsearch.trainers.extrapolate.predict_final` (value +- std, nats/token); the optimistic loss
   is value - `MARGIN_SIGMAS` std (`val_ppl` = exp of it; a maximised objective is mirrored:
   value + margin). A training objective the prediction does not cover (a probe accuracy, a loss
   at another budget) is left unbounded: the trial could be best there, so it is never stopped
@@ -211,7 +211,8 @@ class ParetoRule:
             if reason is not None:
                 return reason
         try:
-            prediction = predict_final(points, self.state.train)
+            params = launched.costs.get("params") if launched is not None else None
+            prediction = predict_final(points, self.state.train, params=params)
         except ValueError:  # cannot be fitted yet: never stop on a failed fit
             return None
         if not (math.isfinite(prediction.value) and math.isfinite(prediction.std)):

@@ -234,7 +234,10 @@ def training_value(spec, res: dict[str, Any], attrs: dict[str, Any]) -> float | 
         return res.get("metrics", {}).get(spec.label)
     from archsearch.trainers.extrapolate import predict_loss
 
-    got = predict_loss({"evals": res.get("evals") or []}, res["config"], spec.predicted_at)
+    params = res.get("n_params") or attrs.get("params")
+    got = predict_loss(
+        {"evals": res.get("evals") or []}, res["config"], spec.predicted_at, params=params
+    )
     attrs.setdefault("predicted", {})[spec.label] = {
         "value": got.value,
         "std": got.std,
