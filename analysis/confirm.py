@@ -248,7 +248,7 @@ def _extrapolate(data: StudyData, c: Confirmation, train: dict[str, Any]) -> Non
     from archsearch.trainers.extrapolate import predict_loss
 
     curves = data.curves([t.trial for t in c.trials])
-    params = _parameters(data)
+    params = {r.number: r.attrs.get("params") for r in data.records}  # the law's size term
     errors, within = [], []
     for t in c.trials:
         if t.val_loss is None:
@@ -270,10 +270,12 @@ def _extrapolate(data: StudyData, c: Confirmation, train: dict[str, Any]) -> Non
         c.predicted = len(errors)
         c.mape_pct = float(np.mean(errors))
         c.within_2sigma = float(np.mean(within))
-        _calibrated(data, c, train, curves)
+        _calibrated(data, c, train, curves, params)
 
 
-def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves) -> None:
+def _calibrated(
+    data: StudyData, c: Confirmation, train: dict[str, Any], curves, params: dict[int, Any]
+) -> None:
     """Leave-one-out: the law's shape fitted on every trained sandbox curve of the study and
     the curves of the other confirmed trials, then each confirmed trial predicted from its
     sandbox curve alone (what a user gets for the architectures not confirmed)."""
@@ -284,7 +286,6 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     done = [t for t in c.trials if t.predicted is not None]
     conf_curves = data.curves([t.confirmation for t in done])
     confirm_train = {**train, "budget": c.budget}
-    params = _parameters(data)
     sandbox_runs, confirm_runs = [], {}
     for n, curve in curves.items():
         try:
@@ -315,17 +316,6 @@ def _calibrated(data: StudyData, c: Confirmation, train: dict[str, Any], curves)
     if errors:
         c.calibrated_mape_pct = float(np.mean(errors))
         c.calibrated_within_2sigma = float(np.mean(within))
-
-
-def _parameters(data: StudyData) -> dict[int, float | None]:
-    """Each trial's parameter count as priced when it ran (the law's size term; None:
-    not stored)."""
-    out: dict[int, float | None] = {}
-    for r in data.records:
-        value = r.attrs.get("params")
-        ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-        out[r.number] = float(value) if ok else None
-    return out
 
 
 # ---- figures ----------------------------------------------------------------------------------

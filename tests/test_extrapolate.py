@@ -118,8 +118,11 @@ def test_a_floor_that_depends_on_size_is_recovered(slope, noise, seed):
         assert got.value == pytest.approx(true, rel=0.01 + 5 * noise)
     with pytest.raises(ValueError, match="parameter count"):
         predict_loss(curve, train_of(160_000), "tokens:1.6M", shape=shape)
-    with pytest.raises(ValueError, match="positive"):
-        Run.of("a", curve["evals"], train_of(160_000), params=0)
+    for stored in (0, -5.0, float("nan"), True, "300000", [300_000]):  # as a study may hold
+        with pytest.raises(ValueError, match="positive number"):
+            Run.of("a", curve["evals"], train_of(160_000), params=stored)
+    as_numpy = Run.of("a", curve["evals"], train_of(160_000), params=np.int64(n))
+    assert as_numpy.size == pytest.approx(np.log(n / 1e6))
 
 
 @settings(max_examples=15, deadline=None)

@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -162,11 +163,14 @@ class Run:
         return cls(key, np.array(steps), np.array(losses), total, cfg, _size(params))
 
 
-def _size(params: float | None) -> float:
+def _size(params: Any) -> float:
+    """ln(params / SIZE_REF); NaN for None. ValueError for anything but a positive finite
+    number (a count read from a stored study may be anything)."""
     if params is None:
         return math.nan
-    if not (math.isfinite(float(params)) and float(params) > 0):
-        raise ValueError(f"a parameter count must be positive, got {params!r}")
+    ok = isinstance(params, numbers.Real) and not isinstance(params, bool)
+    if not (ok and math.isfinite(params) and params > 0):
+        raise ValueError(f"a parameter count must be a positive number, got {params!r}")
     return math.log(float(params) / SIZE_REF)
 
 
@@ -279,7 +283,8 @@ def _fit(runs: Sequence[Run], shape: CurveShape | None = None) -> _Law:
                 * (np.stack([np.bincount(who, x * z, n) for z in Z.T], axis=1) / xx[:, None])[who]
             )
             coef, *_ = np.linalg.lstsq(Z[:, :-1], Z[:, -1], rcond=None)
-            floor, anneal, slope = float(coef[0]), float(coef[1]), float(coef[2]) if sized else 0.0
+            floor, anneal = float(coef[0]), float(coef[1])
+            slope = float(coef[2]) if sized else 0.0
         rest = y - floor + anneal * s2 - (slope * size if slope else 0.0)
         amps = np.bincount(who, x * rest, n) / xx
         resid = rest - amps[who] * x
