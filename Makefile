@@ -10,8 +10,10 @@ STAMP := $(VENV)/.archsearch-installed
 run: $(STAMP)
 	$(VENV)/bin/archsearch sweep
 
+# two workers (pytest-xdist): most tests wait on Ray, servers and subprocesses, so two cores
+# run the suite in about two thirds of the time one worker takes
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
