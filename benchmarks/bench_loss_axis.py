@@ -12,7 +12,9 @@ seeds) and prints and saves (`benchmarks/results/loss_axis.json`):
 - the extrapolation error of the 10x loss predicted from the 1x curves
   (`archsearch.trainers.extrapolate`): with the law's shape fitted on the 1x curves plus the
   10x runs of the architectures a `confirm factor=10 n=4` would train (the sandbox front and
-  four spread over the ranking), predicting the others; and leave-one-out over all 40.
+  four spread over the ranking), predicting the others; and leave-one-out over all 40;
+- the error of a run's end predicted from its eval points so far (Pareto-aware early stopping's
+  prediction), per share of the run seen.
 
     python benchmarks/loss_truth.py          # the ground truth (cached; ~45 min on 2 quiet cores)
     python benchmarks/bench_loss_axis.py     # the figures (seconds)
@@ -179,6 +181,47 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
     }
 
 
+def within_run(runs: dict) -> dict:
+    """How well a run's end is predicted from its eval points so far (what Pareto-aware early
+    stopping asks, `predict_final` with its default prior): per share seen, the RMS and bias
+    of the relative error and the share of runs that end below the optimistic bound
+    (prediction - 2 std, where the rule's doubt ends), on the runs the prior was fitted on
+    (seed 0 at 160K and 1.6M) and on others (seed 1 at 160K, seed 0 at 640K)."""
+    from archsearch.trainers.extrapolate import PRIOR_WITHIN_RUN, Run, planned_steps, predict_final
+
+    out: dict = {"prior_within_run": [list(row) for row in PRIOR_WITHIN_RUN.within_run]}
+    for budget, seed in ((SANDBOX, 0), (TEN_X, 0), (SANDBOX, 1), ("tokens:640K", 0)):
+        by_share: dict[float, list[tuple[float, float]]] = {}
+        for res in runs.get(("search_small", budget, seed), {}).values():
+            evals, final = res["evals"], loss(res)
+            total = planned_steps(Run.of("r", evals, res["config"]).train, evals)
+            for i in range(1, len(evals)):
+                share = round(evals[i - 1]["step"] / total, 2)
+                if share < 0.2:
+                    continue
+                p = predict_final(evals[:i], res["config"], params=res["n_params"])
+                by_share.setdefault(share, []).append((p.value / final - 1, p.value - final, p.std))
+        rows = {}
+        for share, got in sorted(by_share.items()):
+            rel = np.array([g[0] for g in got])
+            rows[f"{share:.2f}"] = {
+                "n": len(got),
+                "rms_pct": float(np.sqrt(np.mean(rel**2)) * 100),
+                "bias_pct": float(np.mean(rel) * 100),
+                "ends_below_prediction_minus_2_std": float(np.mean([d > 2 * s for _, d, s in got])),
+            }
+        out[f"{budget} seed {seed}"] = rows
+        print(
+            f"end of a run predicted within it, {budget} seed {seed}: "
+            + "; ".join(
+                f"from {k}: RMS {v['rms_pct']:.1f}%, bias {v['bias_pct']:+.1f}%, "
+                f"{v['ends_below_prediction_minus_2_std']:.0%} end below prediction - 2 std"
+                for k, v in rows.items()
+            )
+        )
+    return out
+
+
 def main() -> None:
     from archsearch.space import assignments, build, parse_space_file
 
@@ -250,6 +293,7 @@ def main() -> None:
             f"{ex['baseline_mean_ratio_of_confirmed_mape_pct']:.2f}%; the sandbox loss as is: "
             f"{ex['sandbox_loss_as_is_mape_pct']:.1f}%"
         )
+    out["search_small"]["within_run"] = within_run(runs)
     tiny = seed_figures(runs, "tiny", "tokens:1M")
     if tiny:
         out["tiny"]["seed_noise"] = [tiny]

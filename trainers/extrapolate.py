@@ -37,15 +37,21 @@ confirmed architectures, it cuts the error of the other 28 architectures' 10x lo
 6.2% (bias +9.7% -> +5.1%); leave-one-out over all 40, from 6.9% to 4.7%. Runs without a
 parameter count are fitted without the term (k = 0).
 
-Every prediction carries a 1-sigma error: the shape's measured relative error (leave-one-out:
-predicting a confirmation run's final loss from the other runs, or, within a run, its last eval
-point from the earlier ones) times the value, combined with the trial's own fit residual.
+Every prediction carries a 1-sigma error: the shape's measured relative error times the value,
+combined with the trial's own fit residual. Across budgets the error is measured leave-one-out
+(a confirmation run's final loss predicted from the other runs); within a run it depends on how
+much of the run has been seen, so it is measured per share seen (each trained run's final loss
+predicted from its eval points up to each earlier one, the RMS per quarter of the run) and
+interpolated: on the `search_small` ground truth a run's end predicted from its 25% point misses
+by 4-7% (RMS), from its 75% point by 2.5-4%, and one error for all shares (the error at the last
+point) put 12-40% of the runs' ends beyond 2 sigma of their 25%-point prediction.
 Eval points before 20% of a run are left out (the warm-up transient is not on the law).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import numbers
@@ -74,6 +80,8 @@ MIN_FRACTION = 0.2  # eval points before this share of a run are not fitted
 ALPHAS = np.linspace(0.02, 1.5, 75)  # the exponent's grid (the rest is linear given alpha)
 MAX_RUNS = 400  # runs a shape is fitted on (a seeded sample of larger studies)
 SIZE_REF = 1e6  # parameters of the model whose floor is `CurveShape.floor`
+SHARE_BINS = (0.2, 0.375, 0.625, 0.875, 1.0)  # shares of a run seen, the within-run error's bins
+MIN_PER_BIN = 3  # predictions a bin needs to have its error measured
 
 
 @dataclass(frozen=True)
@@ -91,20 +99,29 @@ class CurveShape:
     alpha: float
     anneal: float  # C
     across_budgets: float  # relative 1-sigma error predicting a larger budget
-    within_run: float  # relative 1-sigma error predicting the end of a run from its start
+    # relative 1-sigma error predicting the end of a run from its eval points so far: (share of
+    # the run seen, error) by rising share
+    within_run: tuple[tuple[float, float], ...]
     source: str  # what it was fitted on
     size_slope: float = 0.0  # k: the floor's change per e-fold of parameters, nats/token
 
+    def within(self, seen: float) -> float:
+        """The relative 1-sigma error of a run's end predicted from its eval points up to
+        `seen` (the last one's step over the run's planned steps): interpolated linearly in
+        the measured table, flat beyond its ends."""
+        shares, errors = zip(*self.within_run)
+        return float(np.interp(seen, shares, errors))
+
 
 # fitted on benchmarks/results/loss_axis_truth.jsonl + search_truth.json (search_small: 40
-# architectures at 160K tokens, and at 1.6M) with each run's parameter count; errors are its
-# leave-one-out figures (without the size term: alpha 0.20, across_budgets 0.085)
+# architectures at 160K tokens, and at 1.6M) with each run's parameter count; its errors are
+# measured as `fit_shape` measures them (`benchmarks/bench_loss_axis.py` prints them)
 PRIOR = CurveShape(
     floor=0.43,
     alpha=0.28,
     anneal=0.00076,
     across_budgets=0.063,
-    within_run=0.029,
+    within_run=((0.254, 0.042), (0.5, 0.034), (0.753, 0.029)),
     source="prior: search_small ground truth (byte-level stdlib corpus, cosine schedule)",
     size_slope=-0.172,
 )
@@ -119,7 +136,7 @@ PRIOR_WITHIN_RUN = CurveShape(
     alpha=0.20,
     anneal=0.00065,
     across_budgets=0.085,
-    within_run=0.031,
+    within_run=((0.254, 0.049), (0.5, 0.039), (0.753, 0.031)),
     source="prior: search_small ground truth, no size term",
 )
 
@@ -298,9 +315,10 @@ def _fit(runs: Sequence[Run], shape: CurveShape | None = None) -> _Law:
 
 def fit_shape(runs: Sequence[Run], *, source: str = "") -> CurveShape:
     """The shape shared by `runs` (a study's trained and confirmation runs), with its errors
-    measured leave-one-out: each run at a larger budget than its key's smallest is predicted
-    from the others (across budgets), and each run's last eval point from its earlier ones
-    (within a run). Errors fall back to the prior's where there is nothing to hold out."""
+    measured out of sample: each run at a larger budget than its key's smallest is predicted
+    from the others (across budgets), and each fully trained run's last eval point from its
+    points up to each earlier one (within a run, by share seen). Errors fall back to the
+    prior's where there is nothing to hold out."""
     runs = list(runs)
     if len(runs) > MAX_RUNS:
         rng = np.random.default_rng(0)
@@ -326,22 +344,40 @@ def fit_shape(runs: Sequence[Run], *, source: str = "") -> CurveShape:
             others = _fit(runs[:i] + runs[i + 1 :])
             if r.key in others.amps:
                 across.append(others.value(r) / r.losses[-1] - 1.0)
-    within = []
+    within = []  # (share of the run seen, relative error of its predicted end)
     for r in runs:
-        if len(r.steps) >= 3 and r.steps[-1] == r.total:
-            head = replace(r, steps=r.steps[:-1], losses=r.losses[:-1])
-            got = predict_final_run(head, fitted)
-            within.append(got / r.losses[-1] - 1.0)
+        if len(r.steps) >= 2 and r.steps[-1] == r.total:
+            for i in range(1, len(r.steps)):
+                head = replace(r, steps=r.steps[:i], losses=r.losses[:i])
+                got = predict_final_run(head, fitted)
+                within.append((r.steps[i - 1] / r.total, got / r.losses[-1] - 1.0))
     return replace(
         fitted,
         across_budgets=_rms(across) if across else PRIOR.across_budgets,
-        within_run=_rms(within) if within else PRIOR.within_run,
+        within_run=_by_share(within) or PRIOR.within_run,
         source=source or f"fitted on {len(runs)} runs ({len(across)} at a larger budget)",
     )
 
 
 def _rms(errors: Sequence[float]) -> float:
     return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def _by_share(errors: Sequence[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """The within-run error table of (share seen, relative error) pairs: the RMS error per bin
+    of `SHARE_BINS` that has `MIN_PER_BIN` of them, at their mean share; an error is never
+    taken as smaller than the next larger share's (fewer points never predict better)."""
+    rows = []
+    for lo, hi in itertools.pairwise(SHARE_BINS):
+        got = [(share, err) for share, err in errors if lo <= share < hi]
+        if len(got) >= MIN_PER_BIN:
+            shares, errs = zip(*got)
+            rows.append((float(np.mean(shares)), _rms(errs)))
+    table, larger = [], 0.0
+    for share, err in reversed(rows):
+        larger = max(larger, err)
+        table.append((share, larger))
+    return tuple(reversed(table))
 
 
 def predict_final_run(run: Run, shape: CurveShape) -> float:
@@ -383,7 +419,10 @@ def predict_loss(
         run, steps=np.array([total]), losses=np.array([np.nan]), total=total, train=target_cfg
     )
     shape = shape or PRIOR
-    relative = shape.within_run if total <= run.total else shape.across_budgets
+    if total <= run.total:
+        relative = shape.within(float(run.steps[-1]) / total)
+    else:
+        relative = shape.across_budgets
     return _prediction(run, target, shape, relative)
 
 
@@ -396,8 +435,14 @@ def predict_final(
 ) -> Prediction:
     """Validation loss this run will reach at the end of its own budget, from the eval points
     so far (dicts with `step` and `val_loss`, as the trainable reports them) and its model's
-    parameter count."""
+    parameter count. ValueError before an eval point past `MIN_FRACTION` of the run: the
+    error of a prediction from that early was never measured."""
     run = Run.of("trial", evals, train, params)
+    seen = float(run.steps[-1]) / run.total
+    if seen < MIN_FRACTION:
+        raise ValueError(
+            f"only {seen:.0%} of the run seen: its end is predicted from {MIN_FRACTION:.0%} on"
+        )
     target = replace(run, steps=np.array([run.total]), losses=np.array([np.nan]))
     shape = shape or PRIOR_WITHIN_RUN
-    return _prediction(run, target, shape, shape.within_run)
+    return _prediction(run, target, shape, shape.within(seen))
