@@ -187,17 +187,17 @@ def within_run(runs: dict) -> dict:
     of the relative error and the share of runs that end below the optimistic bound
     (prediction - 2 std, where the rule's doubt ends), on the runs the prior was fitted on
     (seed 0 at 160K and 1.6M) and on others (seed 1 at 160K, seed 0 at 640K)."""
-    from archsearch.trainers.extrapolate import PRIOR_WITHIN_RUN, Run, planned_steps, predict_final
+    from archsearch.trainers.extrapolate import MIN_FRACTION, PRIOR_WITHIN_RUN, Run, predict_final
 
     out: dict = {"prior_within_run": [list(row) for row in PRIOR_WITHIN_RUN.within_run]}
     for budget, seed in ((SANDBOX, 0), (TEN_X, 0), (SANDBOX, 1), ("tokens:640K", 0)):
         by_share: dict[float, list[tuple[float, float]]] = {}
         for res in runs.get(("search_small", budget, seed), {}).values():
             evals, final = res["evals"], loss(res)
-            total = planned_steps(Run.of("r", evals, res["config"]).train, evals)
+            total = Run.of("r", evals, res["config"]).total
             for i in range(1, len(evals)):
                 share = round(evals[i - 1]["step"] / total, 2)
-                if share < 0.2:
+                if share < MIN_FRACTION:  # predict_final refuses: its error was never measured
                     continue
                 p = predict_final(evals[:i], res["config"], params=res["n_params"])
                 by_share.setdefault(share, []).append((p.value / final - 1, p.value - final, p.std))

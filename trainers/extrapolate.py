@@ -64,6 +64,7 @@ import numpy as np
 from archsearch.trainers.config import TrainConfig, parse_budget
 
 __all__ = [
+    "MIN_FRACTION",
     "PRIOR",
     "PRIOR_WITHIN_RUN",
     "CurveShape",
@@ -346,7 +347,7 @@ def fit_shape(runs: Sequence[Run], *, source: str = "") -> CurveShape:
                 across.append(others.value(r) / r.losses[-1] - 1.0)
     within = []  # (share of the run seen, relative error of its predicted end)
     for r in runs:
-        if len(r.steps) >= 2 and r.steps[-1] == r.total:
+        if r.steps[-1] == r.total:
             for i in range(1, len(r.steps)):
                 head = replace(r, steps=r.steps[:i], losses=r.losses[:i])
                 got = predict_final_run(head, fitted)

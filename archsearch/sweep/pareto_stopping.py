@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 # the optimistic loss: prediction - 2 std (about 98% one-sided, if normal; on the search_small
-# ground truth 3% of the runs' ends lie below it from their 25% point, none from 50% or 75%)
+# ground truth 1 of 40 runs' ends lies below it from their 25% point, none from 50% or 75%)
 MARGIN_SIGMAS = 2.0
 # same-rung comparison: a loss lower by more than 4% dominates: twice the standard deviation of
 # the difference of two single-seed losses on search_small at 160K tokens (pooled seed std
