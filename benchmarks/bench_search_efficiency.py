@@ -14,7 +14,10 @@
    - tpe: cost pruning + TPE, no early stopping (every trial trained to the end);
    - pareto: cost pruning + TPE + Pareto-aware early stopping (`early_stopping=pareto`);
    - random: random sampling of the space without its constraints, no early stopping (every
-     draw is trained to the end, infeasible or not).
+     draw is trained to the end, infeasible or not);
+   - ehvi: cost pruning + expected hypervolume improvement over the cost model's known
+     objectives (`sampler=ehvi`, archsearch/sweep/ehvi.py), no early stopping;
+   - ehvi_pareto: the same with Pareto-aware early stopping.
    Compute spent is the tokens actually trained (a stopped trial counts what it ran). After each
    trial, the hypervolume of the feasible, fully trained front found so far is computed with the
    ground-truth reference point.
@@ -23,8 +26,13 @@ every candidate once (a sweep stops at `--trials` trained trials, so its later s
 front), a PNG of the curves, and JSON; for Pareto stopping also how many trials it stopped and
 whether any was on the true front.
 
+A second check (`--other-recordings`): the same samplers, one pick at a time in Optuna alone,
+on the recordings of other seeds and of 10x the budget (benchmarks/results/
+loss_axis_truth.jsonl, written by benchmarks/loss_truth.py), after ten trainings.
+
     python benchmarks/bench_search_efficiency.py --truth   # once (minutes)
     python benchmarks/bench_search_efficiency.py           # the comparison (5 seeds)
+    python benchmarks/bench_search_efficiency.py --other-recordings --seeds 10
 """
 
 from __future__ import annotations
@@ -93,6 +101,8 @@ STRATEGIES = {  # name -> (sampler, early stopping, constraints kept)
     "tpe": ("tpe", "none", True),
     "pareto": ("tpe", "pareto", True),
     "random": ("random", "none", False),
+    "ehvi": ("ehvi", "none", True),
+    "ehvi_pareto": ("ehvi", "pareto", True),
 }
 
 
@@ -202,6 +212,74 @@ def true_front(truth) -> tuple[float, float]:
     return hypervolume(feasible, [Axis("val_loss"), Axis("decode_ms")], ref), total
 
 
+OTHER_RECORDINGS = (("tokens:160K", 1), ("tokens:160K", 2), ("tokens:1.6M", 0))
+
+
+def other_recordings(seeds: int, picks: int = 10) -> dict:
+    """The samplers on other recordings of the same space (other seeds, 10x the budget:
+    benchmarks/results/loss_axis_truth.jsonl), one pick at a time in Optuna alone (no Ray, no
+    early stopping; an infeasible or repeated ask told PRUNED, as the sweep does): the share of
+    the true hypervolume after `picks` trainings (a quarter of the compute), mean and lowest."""
+    import optuna
+
+    from archsearch.analysis.hypervolume import hypervolume
+    from archsearch.space import assignments, parse_space_file, suggest
+    from archsearch.sweep.ehvi import EHVISampler
+    from archsearch.sweep.pricing import assess
+    from archsearch.sweep.runner import make_sampler
+    from archsearch.sweep.settings import Sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = parse_space_file(SPACE)
+    latency = {}
+    for a in assignments(space):
+        got = assess(space, [], "rpi5", a)
+        if got.status is None:
+            latency[got.priced.arch.arch_hash] = got.priced.value(space.objectives[1].spec, "rpi5")
+    rows = [json.loads(line) for line in (HERE / "results" / "loss_axis_truth.jsonl").open()]
+    out = {}
+    for budget, seed in OTHER_RECORDINGS:
+        loss = {
+            r["arch_hash"]: r["result"]["metrics"]["val_loss"]
+            for r in rows
+            if (r["space"], r["budget"], r["seed"]) == ("search_small", budget, seed)
+        }
+        truth = {h: (loss[h], lat) for h, lat in latency.items() if h in loss}
+        pts = np.array(list(truth.values()))
+        ref = pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0))
+        whole = hypervolume(pts, ref)
+        got_by = {}
+        for name in ("ehvi", "tpe", "random"):
+            shares = []
+            for s in range(seeds):
+                sampler = (
+                    EHVISampler(space, "rpi5", s)
+                    if name == "ehvi"
+                    else make_sampler(Sampler(name), s, 16)
+                )
+                study = optuna.create_study(directions=["minimize"] * 2, sampler=sampler)
+                picked: list[str] = []
+                while len(picked) < picks:
+                    trial = study.ask()
+                    got = assess(space, [], "rpi5", suggest(space, trial))
+                    h = got.priced.arch.arch_hash if got.status is None else None
+                    if h not in truth or h in picked:
+                        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                        continue
+                    study.tell(trial, list(truth[h]))
+                    picked.append(h)
+                shares.append(hypervolume(np.array([truth[h] for h in picked]), ref) / whole)
+            got_by[name] = {"mean": float(np.mean(shares)), "lowest": float(np.min(shares))}
+        key = f"{budget} seed {seed}"
+        out[key] = got_by
+        print(
+            f"{key} ({len(truth)} feasible recorded): after {picks} trainings "
+            + ", ".join(f"{k} {v['mean']:.3f} ({v['lowest']:.3f})" for k, v in got_by.items()),
+            flush=True,
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--truth", action="store_true", help="train every candidate (cached)")
@@ -209,7 +287,18 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument(
+        "--other-recordings",
+        action="store_true",
+        help="only: the samplers one pick at a time on other seeds' and 10x recordings",
+    )
     args = ap.parse_args()
+    if args.other_recordings:
+        got = other_recordings(args.seeds)
+        path = HERE / "results" / "search_efficiency_other_recordings.json"
+        path.write_text(json.dumps({"seeds": args.seeds, "picks": 10, **got}, indent=1))
+        print(f"saved {path}")
+        return
     if args.truth or not TRUTH.exists():
         ground_truth(args.workers)
     truth = json.loads(TRUTH.read_text())

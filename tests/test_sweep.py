@@ -83,6 +83,24 @@ def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path)
         assert r.attrs["arch"]["d_model"] in (64, 128)
 
 
+def test_the_ehvi_sampler_trains_only_new_feasible_candidates_through_ray(tmp_path):
+    """`sampler=ehvi` in a real sweep (Ray Tune, SQLite, two trials at once): every trial it
+    asks for is a new feasible architecture, and the study ends with the trials asked for."""
+    res = sweep(
+        tmp_path,
+        "trials=6",
+        "concurrency=2",
+        "sampler=ehvi",
+        "early_stopping=none",
+        "trainable=archsearch.sweep.testing:synthetic",
+    )
+    assert res.returncode == 0, res.stderr
+    recs = records(study_of(tmp_path / "run"))
+    assert [r.status for r in recs] == ["trained"] * 6  # no infeasible, invalid or duplicate ask
+    assert len({r.attrs["arch_hash"] for r in recs}) == 6
+    assert all(r.state == "COMPLETE" and len(r.values) == 2 for r in recs)
+
+
 def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
     res = sweep(
         tmp_path,
@@ -183,6 +201,10 @@ def test_resume_after_the_driver_is_killed(tmp_path):
         (["ray.address=127.0.0.1:1"], "cannot reach a Ray cluster"),
         (["trials=0"], "trials"),
         (["sampler=grid"], "unknown sampler"),
+        (  # probe accuracy and loss are both trained: ehvi models one
+            ["sampler=ehvi", "search_space=hybrid_linear_moe"],
+            "ehvi models exactly one objective that training measures",
+        ),
         (["train.learning_rate=1"], "train.learning_rate"),
         (["budget=tokens:lots"], "budget"),
     ],

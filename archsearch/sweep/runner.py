@@ -93,8 +93,11 @@ def check_feasible(space: SearchSpace, device: str) -> int:
     )
 
 
-def make_sampler(name: Sampler, seed: int, n_trials: int):
-    """Optuna's sampler by name (Hydra has checked the name: `Sampler`)."""
+def make_sampler(
+    name: Sampler, seed: int, n_trials: int, space: SearchSpace | None = None, device: str = ""
+):
+    """The sampler by name (Hydra has checked the name: `Sampler`); `ehvi` needs the space and
+    the run's device (its known objectives are priced there)."""
     import warnings
 
     import optuna
@@ -108,6 +111,11 @@ def make_sampler(name: Sampler, seed: int, n_trials: int):
             constant_liar=True,
             n_startup_trials=max(4, min(10, n_trials // 3)),
         )
+    if name == Sampler.ehvi:
+        from archsearch.sweep.ehvi import EHVISampler
+
+        assert space is not None, "the ehvi sampler prices the space's candidates"
+        return EHVISampler(space, device, seed)
     if name == Sampler.nsga2:
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(8, min(50, n_trials)))
     return optuna.samplers.RandomSampler(seed=seed)
@@ -283,7 +291,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         check_storage_reachable(url)
     train = train_settings(space, cfg)
     check_placement(cfg, train)
-    sampler = make_sampler(cfg.sampler, cfg.seed, cfg.trials)
+    sampler = make_sampler(cfg.sampler, cfg.seed, cfg.trials, space, device)
     es_metric, es_mode = early_stopping_metric(space)
     from archsearch.trainers.config import TrainConfig
 

@@ -17,11 +17,13 @@ from archsearch.trainers.config import Choice
 
 
 class Sampler(Choice):
-    """Optuna's multi-objective samplers, seeded."""
+    """Multi-objective samplers, seeded: Optuna's, and expected hypervolume improvement over
+    the cost model's known objectives (`sweep/ehvi.py`)."""
 
     tpe = "tpe"
     nsga2 = "nsga2"
     random = "random"
+    ehvi = "ehvi"
 
 
 class EarlyStopping(Choice):
