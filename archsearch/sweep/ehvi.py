@@ -167,6 +167,7 @@ class EHVISampler(optuna.samplers.BaseSampler):
         self._pool: dict[str, _Candidate] | None = None  # by arch hash
         self._by_key: dict[str, str | None] = {}  # assignment key -> arch hash (None: not one)
         self._columns: list[tuple[str, Any]] = []
+        self._scale: tuple[Any, Any] = (0.0, 1.0)  # the features' mean and std over the pool
 
     # -- the pool -------------------------------------------------------------------------------
 
@@ -273,7 +274,10 @@ class EHVISampler(optuna.samplers.BaseSampler):
         from archsearch.study import StudyMeta
 
         mean, scale = self._scale
-        x = lambda hs: (np.stack([self._pool[h].features for h in hs]) - mean) / scale  # noqa: E731
+
+        def x(hashes: list[str]) -> np.ndarray:
+            return (np.stack([self._pool[h].features for h in hashes]) - mean) / scale
+
         seen = list(trained)
         y = np.array([float(np.mean(trained[h])) for h in seen])
         model = BayesianRidge().fit(x(seen), y)
