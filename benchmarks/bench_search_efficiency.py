@@ -26,13 +26,18 @@ every candidate once (a sweep stops at `--trials` trained trials, so its later s
 front), a PNG of the curves, and JSON; for Pareto stopping also how many trials it stopped and
 whether any was on the true front.
 
-A second check (`--other-recordings`): the same samplers, one pick at a time in Optuna alone,
-on the recordings of other seeds and of 10x the budget (benchmarks/results/
-loss_axis_truth.jsonl, written by benchmarks/loss_truth.py), after ten trainings.
+A second check (`--one-at-a-time`, seconds): the samplers one pick at a time in Optuna alone,
+on the space's ground truth and, for search_small, on the recordings of other seeds and of 10x
+the budget (benchmarks/results/loss_axis_truth.jsonl, written by benchmarks/loss_truth.py),
+after a quarter of the candidates' trainings. `--space` names another enumerable space
+(benchmarks/spaces/search_mixers.yaml: other mixers, widths and depths); its ground truth and
+results are kept in files named after it.
 
     python benchmarks/bench_search_efficiency.py --truth   # once (minutes)
     python benchmarks/bench_search_efficiency.py           # the comparison (5 seeds)
-    python benchmarks/bench_search_efficiency.py --other-recordings --seeds 10
+    python benchmarks/bench_search_efficiency.py --one-at-a-time --seeds 10
+    python benchmarks/bench_search_efficiency.py --space benchmarks/spaces/search_mixers.yaml \
+        --one-at-a-time --seeds 10
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import numpy as np
 HERE = Path(__file__).parent
 SPACE = HERE / "spaces" / "search_small.yaml"
 TRUTH = HERE / "results" / "search_truth.json"
+SUFFIX = ""  # of the result files of a space other than search_small
 
 
 def _train(args):
@@ -212,14 +218,31 @@ def true_front(truth) -> tuple[float, float]:
     return hypervolume(feasible, [Axis("val_loss"), Axis("decode_ms")], ref), total
 
 
-OTHER_RECORDINGS = (("tokens:160K", 1), ("tokens:160K", 2), ("tokens:1.6M", 0))
+OTHER_RECORDINGS = (("tokens:160K", 1), ("tokens:160K", 2), ("tokens:1.6M", 0))  # search_small
 
 
-def other_recordings(seeds: int, picks: int = 10) -> dict:
-    """The samplers on other recordings of the same space (other seeds, 10x the budget:
-    benchmarks/results/loss_axis_truth.jsonl), one pick at a time in Optuna alone (no Ray, no
-    early stopping; an infeasible or repeated ask told PRUNED, as the sweep does): the share of
-    the true hypervolume after `picks` trainings (a quarter of the compute), mean and lowest."""
+def recordings() -> dict[str, dict[str, float]]:
+    """{label: {arch hash: final loss}}: this space's ground truth, and for search_small the
+    recordings of other seeds and of 10x the budget (benchmarks/results/loss_axis_truth.jsonl,
+    written by benchmarks/loss_truth.py)."""
+    truth = json.loads(TRUTH.read_text())
+    out = {"ground truth": {h: r["metrics"]["val_loss"] for h, r in truth.items()}}
+    other = HERE / "results" / "loss_axis_truth.jsonl"
+    if SPACE.stem == "search_small" and other.exists():
+        rows = [json.loads(line) for line in other.open()]
+        for budget, seed in OTHER_RECORDINGS:
+            out[f"{budget} seed {seed}"] = {
+                r["arch_hash"]: r["result"]["metrics"]["val_loss"]
+                for r in rows
+                if (r["space"], r["budget"], r["seed"]) == ("search_small", budget, seed)
+            }
+    return out
+
+
+def one_pick_at_a_time(seeds: int) -> dict:
+    """The samplers on each recording, one pick at a time in Optuna alone (no Ray, no early
+    stopping; an infeasible or repeated ask told PRUNED, as the sweep does): the share of the
+    true hypervolume after a quarter of the candidates' trainings, mean and lowest over seeds."""
     import optuna
 
     from archsearch.analysis.hypervolume import hypervolume
@@ -231,19 +254,15 @@ def other_recordings(seeds: int, picks: int = 10) -> dict:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = parse_space_file(SPACE)
-    latency = {}
+    latency, n = {}, 0
     for a in assignments(space):
+        n += 1
         got = assess(space, [], "rpi5", a)
         if got.status is None:
             latency[got.priced.arch.arch_hash] = got.priced.value(space.objectives[1].spec, "rpi5")
-    rows = [json.loads(line) for line in (HERE / "results" / "loss_axis_truth.jsonl").open()]
+    picks = round(0.25 * n)  # a quarter of the compute: every candidate trains as long
     out = {}
-    for budget, seed in OTHER_RECORDINGS:
-        loss = {
-            r["arch_hash"]: r["result"]["metrics"]["val_loss"]
-            for r in rows
-            if (r["space"], r["budget"], r["seed"]) == ("search_small", budget, seed)
-        }
+    for label, loss in recordings().items():
         truth = {h: (loss[h], lat) for h, lat in latency.items() if h in loss}
         pts = np.array(list(truth.values()))
         ref = pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0))
@@ -259,7 +278,7 @@ def other_recordings(seeds: int, picks: int = 10) -> dict:
                 )
                 study = optuna.create_study(directions=["minimize"] * 2, sampler=sampler)
                 picked: list[str] = []
-                while len(picked) < picks:
+                while len(picked) < min(picks, len(truth)):
                     trial = study.ask()
                     got = assess(space, [], "rpi5", suggest(space, trial))
                     h = got.priced.arch.arch_hash if got.status is None else None
@@ -270,10 +289,9 @@ def other_recordings(seeds: int, picks: int = 10) -> dict:
                     picked.append(h)
                 shares.append(hypervolume(np.array([truth[h] for h in picked]), ref) / whole)
             got_by[name] = {"mean": float(np.mean(shares)), "lowest": float(np.min(shares))}
-        key = f"{budget} seed {seed}"
-        out[key] = got_by
+        out[label] = {"picks": picks, "feasible_recorded": len(truth), **got_by}
         print(
-            f"{key} ({len(truth)} feasible recorded): after {picks} trainings "
+            f"{SPACE.stem}, {label} ({len(truth)} feasible recorded): after {picks} trainings "
             + ", ".join(f"{k} {v['mean']:.3f} ({v['lowest']:.3f})" for k, v in got_by.items()),
             flush=True,
         )
@@ -281,26 +299,32 @@ def other_recordings(seeds: int, picks: int = 10) -> dict:
 
 
 def main() -> None:
+    global SPACE, TRUTH, SUFFIX
     ap = argparse.ArgumentParser()
     ap.add_argument("--truth", action="store_true", help="train every candidate (cached)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--space", default=str(SPACE), help="an enumerable space file")
     ap.add_argument(
-        "--other-recordings",
+        "--one-at-a-time",
         action="store_true",
-        help="only: the samplers one pick at a time on other seeds' and 10x recordings",
+        help="only: the samplers one pick at a time on the space's recordings (no Ray)",
     )
     args = ap.parse_args()
-    if args.other_recordings:
-        got = other_recordings(args.seeds)
-        path = HERE / "results" / "search_efficiency_other_recordings.json"
-        path.write_text(json.dumps({"seeds": args.seeds, "picks": 10, **got}, indent=1))
-        print(f"saved {path}")
-        return
+    SPACE = Path(args.space).resolve()
+    if SPACE.stem != "search_small":  # every space keeps its own ground truth and results
+        SUFFIX = f"_{SPACE.stem}"
+        TRUTH = HERE / "results" / f"search_truth{SUFFIX}.json"
     if args.truth or not TRUTH.exists():
         ground_truth(args.workers)
+    if args.one_at_a_time:
+        got = one_pick_at_a_time(args.seeds)
+        path = HERE / "results" / f"search_efficiency_one_at_a_time{SUFFIX}.json"
+        path.write_text(json.dumps({"space": SPACE.stem, "seeds": args.seeds, **got}, indent=1))
+        print(f"saved {path}")
+        return
     truth = json.loads(TRUTH.read_text())
     hv_true, total = true_front(truth)
     on_front = front_hashes(truth)
@@ -344,7 +368,7 @@ def main() -> None:
             "stopped_early": stopped,
             "stopped_on_true_front": stopped_on_front,
         }
-    out = HERE / "results" / "search_efficiency.json"
+    out = HERE / "results" / f"search_efficiency{SUFFIX}.json"
     if out.exists():  # strategies not run this time keep their figures from the same setting
         before = json.loads(out.read_text())
         if (before.get("seeds"), before.get("trials")) == (args.seeds, args.trials):
@@ -390,12 +414,12 @@ def main() -> None:
     ax.axvline(0.25, color="grey", lw=0.8, ls=":")
     ax.set_xlabel("training compute spent (share of the tokens of training every candidate once)")
     ax.set_ylabel("hypervolume / true hypervolume")
-    ax.set_title(f"search_small: mean over {args.seeds} seeds, sweeps of {args.trials} trials")
+    ax.set_title(f"{SPACE.stem}: mean over {args.seeds} seeds, sweeps of {args.trials} trials")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(HERE / "results" / "search_efficiency.png", dpi=110)
-    print(f"saved {out} and search_efficiency.png")
+    fig.savefig(HERE / "results" / f"search_efficiency{SUFFIX}.png", dpi=110)
+    print(f"saved {out} and search_efficiency{SUFFIX}.png")
 
 
 if __name__ == "__main__":
