@@ -95,17 +95,16 @@ def expected_improvement(
     `known` [n, m]: the candidates' known objectives; `mu`, `sd` [n]: the predicted
     uncertain objective; `front_known` [f, m], `front_y` [f]: the points so far (dominated
     ones change nothing); `ref_known` [m], `ref_y`: the reference point."""
+    import moocore
     from scipy.stats import norm
 
     known = np.atleast_2d(np.asarray(known, float))
     n, m = known.shape
     pts = np.column_stack([front_y, front_known]).reshape(-1, m + 1)
     pts = pts[np.all(pts < np.append(ref_y, ref_known), axis=1)]
-    # a dominated point never sets g: only the non-dominated ones cut cells
-    worse = np.all(pts[:, None, :] >= pts[None, :, :], axis=2) & np.any(
-        pts[:, None, :] > pts[None, :, :], axis=2
-    )
-    pts = pts[~worse.any(axis=1)]
+    # a dominated point never sets g: only the non-dominated ones cut cells (moocore, as the
+    # analysis layer's filter: identical points all kept)
+    pts = pts[moocore.is_nondominated(pts, keep_weakly=True)]
     fy, fk = pts[:, 0], pts[:, 1:]
     # per axis, the cells' edges: -inf, the front's values below the reference, the reference
     edges = [np.concatenate([[-np.inf], np.unique(fk[:, a]), [ref_known[a]]]) for a in range(m)]
