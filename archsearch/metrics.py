@@ -282,7 +282,9 @@ def parse_label(label: str) -> tuple[str, dict[str, str]]:
 
 def count_text(n: float) -> str:
     """A token count as a label writes it: 100M, 1.6M, 160K, 512 (read back by
-    `parse_quantity`)."""
+    `parse_quantity`). Rounded to 6 significant digits before the suffix is chosen, so the
+    text reads back to itself (999,999,500,000 is 1T, not 1000B)."""
+    n = float(f"{n:.6g}")
     for suffix, unit in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= unit:
             return f"{n / unit:.6g}{suffix}"

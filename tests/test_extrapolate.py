@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from archsearch.trainers.config import TrainConfig
@@ -201,6 +201,7 @@ def test_budgets_and_refusals():
 
 @settings(max_examples=25, deadline=None)
 @given(tokens=st.integers(1, 10**13))
+@example(tokens=999_999_500_000)  # rounds up to the next suffix: 1T, not 1000B
 def test_a_predicted_loss_is_a_metric_whose_label_reads_back(tokens):
     from archsearch.metrics import MetricSpec
 
