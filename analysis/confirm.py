@@ -9,9 +9,14 @@ For one confirmation (a budget factor, a corpus and a seed), over the trials it 
 - the extrapolation error: each sandbox curve's prediction of the confirmed validation loss
   (`archsearch.trainers.extrapolate.predict_loss`) against the loss measured, as the mean
   absolute percentage error and the share within the predicted +-2 sigma (not measured when
-  the confirmation trained on another corpus: the curve says nothing about it);
+  the confirmation trained on another corpus: the curve says nothing about it), also with the
+  law's shape refitted on the study and corrected across architectures by the other
+  confirmations (`archsearch.trainers.transfer`), each leave-one-out;
 - a plot of sandbox against confirmed loss, front members marked (PNG and plotly HTML), and
   the report's and dashboard's section.
+
+`correct_predicted_axes` gives a front's axis `val_loss[tokens=X]` at a confirmed budget from
+the confirmations (measured where confirmed, the corrected prediction elsewhere).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from archsearch.analysis.front import Axis, axis_title, candidates, non_dominated
+from archsearch.errors import UserError
 from archsearch.study import Status, StudyData, TrialRecord
 from archsearch.sweep.retrain import training_index
 
@@ -35,6 +41,7 @@ __all__ = [
     "confirm_figure",
     "confirm_mpl",
     "confirmations",
+    "correct_predicted_axes",
     "html_section",
     "markdown_section",
     "panel",
@@ -91,6 +98,10 @@ class Confirmation:
     # confirmations: each confirmed trial predicted leave-one-out)
     calibrated_mape_pct: float | None = None
     calibrated_within_2sigma: float | None = None
+    # the same, corrected across architectures by the other confirmations (`transfer`)
+    corrected: int = 0  # confirmed trials predicted so
+    corrected_mape_pct: float | None = None
+    corrected_within_2sigma: float | None = None
 
     @property
     def key(self) -> tuple:
@@ -129,6 +140,12 @@ class Confirmation:
                     f"; shape fitted on this study, leave-one-out: MAPE "
                     f"{self.calibrated_mape_pct:.2f}%, {self.calibrated_within_2sigma:.0%} "
                     "within +-2 sigma"
+                )
+            if self.corrected_mape_pct is not None:
+                extrapolation += (
+                    f"; corrected across architectures by the other confirmations: MAPE "
+                    f"{self.corrected_mape_pct:.2f}% over {self.corrected} trials, "
+                    f"{self.corrected_within_2sigma:.0%} within +-2 sigma"
                 )
         out.append(("extrapolation", extrapolation))
         return out
@@ -278,14 +295,75 @@ def _calibrated(
 ) -> None:
     """Leave-one-out: the law's shape fitted on every trained sandbox curve of the study and
     the curves of the other confirmed trials, then each confirmed trial predicted from its
-    sandbox curve alone (what a user gets for the architectures not confirmed)."""
-    from archsearch.trainers.extrapolate import Run, fit_shape, predict_loss
+    sandbox curve alone (what a user gets for the architectures not confirmed); and the same
+    prediction corrected across architectures by the other confirmations
+    (`archsearch.trainers.transfer`)."""
+    from archsearch.trainers.extrapolate import fit_shape, predict_loss
+    from archsearch.trainers.transfer import UnseenMixer, fit_transfer
 
     trained = [r.number for r in candidates(data.records) if r.number not in curves]
     curves = {**curves, **data.curves(trained[:SHAPE_RUNS])}
     done = [t for t in c.trials if t.predicted is not None]
-    conf_curves = data.curves([t.confirmation for t in done])
-    confirm_train = {**train, "budget": c.budget}
+    sandbox_runs, confirm_runs = _runs(
+        data, curves, train, c.budget, {t.trial: t.confirmation for t in done}, params
+    )
+    if len(confirm_runs) < 2:
+        return
+    wanted = {t.trial for t in done}
+    traits = _traits([r for r in data.records if r.number in wanted])
+    errors, within, corrected, corrected_within = [], [], [], []
+    for t in done:
+        others = {k: run for k, run in confirm_runs.items() if k != t.trial}
+        try:
+            shape = fit_shape(sandbox_runs + list(others.values()))
+            law = {
+                u.trial: predict_loss(
+                    curves[u.trial], train, c.budget, shape=shape, params=params.get(u.trial)
+                )
+                for u in done
+                if u.trial == t.trial or u.trial in others
+            }
+        except ValueError:
+            continue
+        pred = law[t.trial]
+        errors.append(abs(pred.value - t.val_loss) / t.val_loss * 100.0)
+        within.append(abs(pred.value - t.val_loss) <= 2.0 * pred.std)
+        examples = _examples(
+            [(u.trial, law[u.trial].value, u.val_loss) for u in done if u.trial in others],
+            traits,
+        )
+        if t.trial not in traits:
+            continue
+        try:
+            got = fit_transfer(examples).predict(traits[t.trial], pred.value)
+        except (UnseenMixer, ValueError):
+            continue
+        corrected.append(abs(got.value - t.val_loss) / t.val_loss * 100.0)
+        corrected_within.append(abs(got.value - t.val_loss) <= 2.0 * got.std)
+    if errors:
+        c.calibrated_mape_pct = float(np.mean(errors))
+        c.calibrated_within_2sigma = float(np.mean(within))
+    if corrected:
+        c.corrected = len(corrected)
+        c.corrected_mape_pct = float(np.mean(corrected))
+        c.corrected_within_2sigma = float(np.mean(corrected_within))
+
+
+def _runs(
+    data: StudyData,
+    curves: dict[int, Any],
+    train: dict[str, Any],
+    budget: str,
+    confirmed: dict[int, int],
+    params: dict[int, Any],
+) -> tuple[list, dict[int, Any]]:
+    """The law's runs: each sandbox curve of `curves`, and each confirmation's curve (sandbox
+    trial -> its confirmation trial in `confirmed`) at `budget`, keyed by the sandbox trial
+    (their architectures share an amplitude). Curves that cannot be fitted are left out."""
+    from archsearch.trainers.extrapolate import Run
+
+    conf_curves = data.curves(list(confirmed.values()))
+    confirm_train = {**train, "budget": budget}
     sandbox_runs, confirm_runs = [], {}
     for n, curve in curves.items():
         try:
@@ -293,29 +371,159 @@ def _calibrated(
             sandbox_runs.append(Run.of(str(n), evals, train, params.get(n)))
         except ValueError:
             continue
-    for t in done:
+    for trial, confirmation in confirmed.items():
         try:
-            evals = (conf_curves.get(t.confirmation) or {}).get("evals") or []
-            confirm_runs[t.trial] = Run.of(str(t.trial), evals, confirm_train, params.get(t.trial))
+            evals = (conf_curves.get(confirmation) or {}).get("evals") or []
+            confirm_runs[trial] = Run.of(str(trial), evals, confirm_train, params.get(trial))
         except ValueError:
             continue
-    if len(confirm_runs) < 2:
-        return
-    errors, within = [], []
-    for t in done:
-        others = [run for k, run in confirm_runs.items() if k != t.trial]
+    return sandbox_runs, confirm_runs
+
+
+def correct_predicted_axes(data: StudyData, labels: list[str]) -> dict[str, str]:
+    """Each axis of `labels` that is a loss predicted at a budget this study confirmed
+    trials at, on the sandbox corpus (`val_loss[tokens=1.6M]` after `confirm factor=10`),
+    from the confirmations: a confirmed trial's value is its measured loss (std 0); every other
+    fully trained trial's is the law's prediction (its shape fitted on the study's sandbox
+    curves and the confirmations' curves) corrected across architectures by the
+    confirmations (`archsearch.trainers.transfer`), or the law's alone where that cannot be
+    corrected (too few confirmations, a mixer class none of them has). Written into each
+    record's `attrs["predicted"]` in memory (the stored study is not changed). Returns
+    label -> how its values were obtained, for the axes it corrected."""
+    from archsearch.metrics import MetricSpec
+    from archsearch.trainers.config import parse_budget
+
+    train = dict(data.meta.get("train") or {})
+    how: dict[str, str] = {}
+    for label in labels:
         try:
-            shape = fit_shape(sandbox_runs + others)
-            pred = predict_loss(
-                curves[t.trial], train, c.budget, shape=shape, params=params.get(t.trial)
+            target = MetricSpec.parse(label).predicted_at
+        except ValueError:
+            continue
+        if target is None or not train:
+            continue
+        want = parse_budget(target)
+        confirmed: dict[int, TrialRecord] = {}
+        for r in data.records:
+            conf = r.attrs.get("confirm_train") or {}
+            if r.status != Status.CONFIRMATION or "confirms" not in r.attrs:
+                continue
+            try:
+                got = parse_budget(str(conf.get("budget", "")))
+            except ValueError:
+                continue
+            same = list(conf.get("data") or []) == list(train.get("data") or ["stdlib"])
+            at = got.kind == want.kind and math.isclose(got.amount, want.amount, rel_tol=1e-6)
+            val = _finite((r.attrs.get("metrics") or {}).get("val_loss"))
+            if same and at and val is not None:
+                confirmed.setdefault(int(r.attrs["confirms"]), r)
+        if confirmed:
+            how[label] = _correct_axis(data, label, target, train, confirmed)
+    return how
+
+
+def _correct_axis(
+    data: StudyData,
+    label: str,
+    target: str,
+    train: dict[str, Any],
+    confirmed: dict[int, TrialRecord],
+) -> str:
+    from archsearch.trainers.extrapolate import fit_shape, predict_loss
+    from archsearch.trainers.transfer import UnseenMixer, fit_transfer
+
+    pool = candidates(data.records)
+    params = {r.number: r.attrs.get("params") for r in data.records}
+    curves = data.curves([r.number for r in pool][:SHAPE_RUNS] + sorted(confirmed))
+    measured = {n: float(r.attrs["metrics"]["val_loss"]) for n, r in confirmed.items()}
+    sandbox_runs, confirm_runs = _runs(
+        data, curves, train, target, {n: r.number for n, r in confirmed.items()}, params
+    )
+    try:
+        shape = fit_shape(sandbox_runs + list(confirm_runs.values()))
+    except ValueError as err:
+        return f"the law's prior shape, per trial ({err})"
+    law = {}
+    for r in pool:
+        try:
+            law[r.number] = predict_loss(
+                curves.get(r.number) or r.attrs.get("curve") or {},
+                train,
+                target,
+                shape=shape,
+                params=params.get(r.number),
             )
-        except ValueError:
+        except (ValueError, AttributeError):
             continue
-        errors.append(abs(pred.value - t.val_loss) / t.val_loss * 100.0)
-        within.append(abs(pred.value - t.val_loss) <= 2.0 * pred.std)
-    if errors:
-        c.calibrated_mape_pct = float(np.mean(errors))
-        c.calibrated_within_2sigma = float(np.mean(within))
+    traits = _traits(pool)
+    examples = _examples([(n, law[n].value, v) for n, v in measured.items() if n in law], traits)
+    why = ""
+    try:
+        transfer = fit_transfer(examples)
+    except ValueError as err:
+        transfer, why = None, str(err)
+    corrected, alone = 0, 0
+    for r in pool:
+        stored = dict(r.attrs.get("predicted") or {})
+        if r.number in measured:
+            stored[label] = {
+                "value": measured[r.number],
+                "std": 0.0,
+                "law": f"measured by confirmation trial {confirmed[r.number].number}",
+            }
+        elif r.number in law:
+            got = law[r.number]
+            try:
+                if transfer is None or r.number not in traits:
+                    raise UnseenMixer("no traits")
+                got = transfer.predict(traits[r.number], got.value)
+                corrected += 1
+            except UnseenMixer:
+                alone += 1
+            stored[label] = {"value": got.value, "std": got.std, "law": got.law}
+        r.attrs["predicted"] = stored
+    parts = [f"{len(measured)} trials measured by confirmations at {target}"]
+    if corrected:
+        parts.append(
+            f"{corrected} predicted by the annealing law (shape fitted on this study) corrected "
+            f"across architectures by {len(examples)} confirmations (`archsearch confirm` "
+            "prints the correction's leave-one-out error)"
+        )
+    if alone:
+        reason = why if transfer is None else "a mixer class no confirmation has"
+        parts.append(f"{alone} by the annealing law alone, shape fitted on this study ({reason})")
+    return "; ".join(parts)
+
+
+def _traits(records: list[TrialRecord]) -> dict[int, Any]:
+    """Trial number -> its `Traits` (architecture, parameters, training FLOPs per token), for
+    the trials that stored all three."""
+    from archsearch.analysis.proxies import cheap_signals
+    from archsearch.trainers.transfer import Traits
+
+    out = {}
+    for r in records:
+        signals = cheap_signals(r)
+        params = signals.get("params", r.attrs.get("params"))
+        try:
+            out[r.number] = Traits.of(
+                r.attrs.get("arch"), params, signals.get("train_flops_per_token")
+            )
+        except (ValueError, TypeError, UserError):
+            continue
+    return out
+
+
+def _examples(rows: list[tuple[int, float, float | None]], traits: dict[int, Any]) -> list:
+    """`Example`s of (sandbox trial, the law's prediction, the confirmed loss) rows, for the
+    trials with traits and a confirmed loss."""
+    from archsearch.trainers.transfer import Example
+
+    return [
+        Example(traits[n], law, confirmed)
+        for n, law, confirmed in rows
+        if n in traits and confirmed is not None
+    ]
 
 
 # ---- figures ----------------------------------------------------------------------------------

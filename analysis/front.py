@@ -47,10 +47,15 @@ def for_device(label: str, device: str) -> str:
 
 
 def value_of(record: TrialRecord, label: str, objectives: list[str]) -> float | None:
-    """A trial's value of an objective label: stored objective values first, then the stored
+    """A trial's value of an objective label: a predicted loss as `predict_axes` and
+    `confirm.correct_predicted_axes` left it in `attrs["predicted"]` first, then stored
+    objective values, then the stored
     device-dependent and device-independent cost numbers, then the stored training results
     (probe accuracies; perplexity from the loss), and last the cost model on the stored
     architecture (for a metric or device the sweep did not price)."""
+    predicted = (record.attrs.get("predicted") or {}).get(label)
+    if isinstance(predicted, dict) and predicted.get("value") is not None:
+        return float(predicted["value"])  # a predicted loss, as `predict_axes` left it
     if label in objectives and record.values is not None:
         return float(record.values[objectives.index(label)])
     name, args = parse_label(label)

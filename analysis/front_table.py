@@ -171,6 +171,20 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
         ("hypervolume", f"{p.hypervolume:.6g} (in the axes' stored units: bytes, ms, nats...)"),
         ("latency error", latency_note(p) or "no latency axis"),
         ("seed noise", p.noise.describe() + ("" if p.noise.replicates else PLAIN)),
+        *[
+            (
+                "predicted loss",
+                f"{a.label}: "
+                + (
+                    p.corrected.get(a.label)
+                    or "each trial's sandbox curve extrapolated by the annealing law (the "
+                    "study holds no confirmation at this budget; `archsearch confirm` measures "
+                    "the error)"
+                ),
+            )
+            for a in p.axes
+            if _predicted(a.label)
+        ],
         ("training recipe", training_recipe(meta.get("train") or {})),
         (
             "cost conventions",

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from archsearch.analysis.confirm import correct_predicted_axes
 from archsearch.analysis.front import (
     Axis,
     default_axes,
@@ -55,6 +56,8 @@ class Pareto:
     noise: SeedNoise  # seeds per trained trial on the training axes, the pooled seed noise
     # trial number -> the trial numbers that dominate it by means but within the seed noise
     ties: dict[int, list[int]] = field(default_factory=dict)
+    # predicted-loss axis -> how its values came from the study's confirmations at its budget
+    corrected: dict[str, str] = field(default_factory=dict)
 
     @property
     def strict_front(self) -> np.ndarray:
@@ -223,6 +226,7 @@ def analyse(
         dict(data.meta.get("train") or {}),
         curves=lambda: data.curves([r.number for r in data.trained]),
     )
+    corrected = correct_predicted_axes(data, [a.label for a in axes])
     trained, values, mask = front(data.records, axes, data.objectives)
     noise = seed_noise(trained, values, axes, data.records, data.objectives)
     ties: dict[int, list[int]] = {}
@@ -275,4 +279,5 @@ def analyse(
         default_axes=is_default,
         noise=noise,
         ties=ties,
+        corrected=corrected,
     )

@@ -123,19 +123,31 @@ def confirm_choice(hashes: list[str], sandbox: dict, on_front: set[str], n: int 
     return sorted(on_front) + [rest[i] for i in sorted(picks)]
 
 
-def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
+def extrapolation(sandbox: dict, big: dict, confirmed: list[str], archs: dict) -> dict:
+    """The 10x loss predicted from the 1x curves: by the law alone and by the law corrected
+    across architectures by the confirmations (`archsearch.trainers.transfer`), for the
+    architectures a `confirm n=4` leaves unconfirmed and leave-one-out over all."""
     from archsearch.trainers.extrapolate import Run, fit_shape, predict_loss
+    from archsearch.trainers.transfer import Example, Traits, fit_transfer
 
     def run(h, res):
         return Run.of(h, res["evals"], res["config"], res["n_params"])
 
     base = [run(h, r) for h, r in sandbox.items()]
+    traits = {
+        h: Traits.of(archs[h], r["n_params"], r["flops_per_token"]) for h, r in sandbox.items()
+    }
 
     def predict(h, shape):
         r = sandbox[h]
         return predict_loss(
             {"evals": r["evals"]}, r["config"], TEN_X, shape=shape, params=r["n_params"]
         )
+
+    def corrected(h, shape, known):
+        """h's 10x loss by the law with `shape`, corrected by the confirmations `known`."""
+        examples = [Example(traits[k], predict(k, shape).value, loss(big[k])) for k in known]
+        return fit_transfer(examples).predict(traits[h], predict(h, shape).value)
 
     def figures(pairs):
         errs = np.array([p.value / loss(big[h]) - 1 for h, p in pairs])
@@ -151,17 +163,20 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
             ),
         }
 
-    shape = fit_shape(base + [run(h, big[h]) for h in confirmed if h in big])
-    held = [(h, predict(h, shape)) for h in big if h not in confirmed]
-    loo = []
+    known = [h for h in confirmed if h in big]
+    shape = fit_shape(base + [run(h, big[h]) for h in known])
+    unconfirmed = [h for h in big if h not in confirmed]
+    held = [(h, predict(h, shape)) for h in unconfirmed]
+    held_corrected = [(h, corrected(h, shape, known)) for h in unconfirmed]
+    loo, loo_corrected = [], []
     for h in big:
-        others = base + [run(k, big[k]) for k in big if k != h]
-        loo.append((h, predict(h, fit_shape(others))))
+        others = [k for k in big if k != h]
+        shape_h = fit_shape(base + [run(k, big[k]) for k in others])
+        loo.append((h, predict(h, shape_h)))
+        loo_corrected.append((h, corrected(h, shape_h, others)))
     naive = np.array([loss(sandbox[h]) for h in big])
-    ratio = [loss(big[h]) / loss(sandbox[h]) for h in confirmed if h in big]
-    ratio_errs = [
-        abs(loss(sandbox[h]) * np.mean(ratio) / loss(big[h]) - 1) for h in big if h not in confirmed
-    ]
+    ratio = [loss(big[h]) / loss(sandbox[h]) for h in known]
+    ratio_errs = [abs(loss(sandbox[h]) * np.mean(ratio) / loss(big[h]) - 1) for h in unconfirmed]
     return {
         "law": "Tissue et al. 2024 LR-annealing law; shape shared by the study (with a floor "
         "linear in ln parameters), amplitude per trial",
@@ -170,10 +185,15 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str]) -> dict:
             "floor": shape.floor,
             "anneal": shape.anneal,
             "size_slope": shape.size_slope,
-            "confirmed": len(confirmed),
+            "confirmed": len(known),
         },
         "held_out_after_confirm_n4": figures(held),
         "leave_one_out_all": figures(loo),
+        "corrected": "the law corrected across architectures by the confirmations "
+        "(archsearch.trainers.transfer: BayesianRidge of ln(confirmed / law) on ln law, "
+        "ln params, ln FLOPs per token, mixer shares)",
+        "corrected_held_out_after_confirm_n4": figures(held_corrected),
+        "corrected_leave_one_out_all": figures(loo_corrected),
         "baseline_mean_ratio_of_confirmed_mape_pct": float(np.mean(ratio_errs) * 100),
         "sandbox_loss_as_is_mape_pct": float(
             np.mean(np.abs(naive / np.array([loss(big[h]) for h in big]) - 1)) * 100
@@ -278,9 +298,16 @@ def main() -> None:
             f"{len(on1 & on10)} of {len(on1)}"
         )
         confirmed = confirm_choice(feas, sandbox, on1)
-        ex = extrapolation({h: sandbox[h] for h in sandbox}, {h: big[h] for h in common}, confirmed)
+        ex = extrapolation(
+            {h: sandbox[h] for h in sandbox}, {h: big[h] for h in common}, confirmed, archs
+        )
         out["search_small"]["extrapolation"] = ex
-        for name in ("held_out_after_confirm_n4", "leave_one_out_all"):
+        for name in (
+            "held_out_after_confirm_n4",
+            "leave_one_out_all",
+            "corrected_held_out_after_confirm_n4",
+            "corrected_leave_one_out_all",
+        ):
             f = ex[name]
             print(
                 f"extrapolation 1x -> 10x, {name} ({f['n']} archs): MAPE {f['mape_pct']:.2f}%, "

@@ -95,6 +95,7 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
             "constraints",
             "latency error",
             "seed noise",
+            "predicted loss",
         ):
             con.print(escape(f"{k + ':':<17}{v}"))
     for k, path in files.items():

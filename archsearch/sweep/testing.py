@@ -49,10 +49,9 @@ def synthetic_loss(arch_dict: dict[str, Any], train: dict[str, Any] | None = Non
     import hashlib
 
     from archsearch.arch import ArchConfig
-    from archsearch.cost import columns, params
 
     arch = ArchConfig.from_dict(arch_dict)
-    n = max(float(params(columns(arch))["non_embedding_params"][0]), 1.0)
+    n = _non_embedding_params(arch_dict)
     h = int(arch.arch_hash, 16)
     loss = 2.0 + 40.0 / math.sqrt(n) + (h % 97) / 970.0
     seed = int((train or {}).get("seed", 0))
@@ -68,6 +67,14 @@ def synthetic_loss(arch_dict: dict[str, Any], train: dict[str, Any] | None = Non
     return loss
 
 
+def _non_embedding_params(arch_dict: dict[str, Any]) -> float:
+    from archsearch.arch import ArchConfig
+    from archsearch.cost import columns, params
+
+    arch = ArchConfig.from_dict(arch_dict)
+    return max(float(params(columns(arch))["non_embedding_params"][0]), 1.0)
+
+
 def _run(config: dict[str, Any], fault: str) -> None:
     import ray
     from ray import tune
@@ -77,6 +84,7 @@ def _run(config: dict[str, Any], fault: str) -> None:
     started = time.time()
     sleep = float(os.environ.get("ARCHSEARCH_SYNTHETIC_SLEEP", "0.05"))
     final = synthetic_loss(config["arch"], config.get("train"))
+    flops_per_token = 6.0 * _non_embedding_params(config["arch"])
     node = node_id()
     evals = []
     for i, fraction in enumerate((0.25, 0.5, 0.75)):
@@ -112,7 +120,8 @@ def _run(config: dict[str, Any], fault: str) -> None:
         "metrics": metrics,
         "fraction": 1.0,
         "tokens": 4000,
-        "flops": 4000.0 * 6,
+        "flops": 4000.0 * flops_per_token,
+        "flops_per_token": flops_per_token,  # 6 N, N the non-embedding parameters
         "steps": 4,
         "budget": "tokens:4000",
         "curve": [[1, 1000, final * 1.3], [4, 4000, final]],
