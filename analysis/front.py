@@ -53,12 +53,13 @@ def value_of(record: TrialRecord, label: str, objectives: list[str]) -> float | 
     device-dependent and device-independent cost numbers, then the stored training results
     (probe accuracies; perplexity from the loss), and last the cost model on the stored
     architecture (for a metric or device the sweep did not price)."""
-    predicted = (record.attrs.get("predicted") or {}).get(label)
-    if isinstance(predicted, dict) and predicted.get("value") is not None:
-        return float(predicted["value"])  # a predicted loss, as `predict_axes` left it
+    name, args = parse_label(label)
+    if name == "val_loss" and args.get("tokens"):  # a predicted loss, as `predict_axes` left it
+        predicted = (record.attrs.get("predicted") or {}).get(label)
+        if isinstance(predicted, dict) and predicted.get("value") is not None:
+            return float(predicted["value"])
     if label in objectives and record.values is not None:
         return float(record.values[objectives.index(label)])
-    name, args = parse_label(label)
     if "device" in args:
         v = record.attrs.get("device_costs", {}).get(args["device"], {}).get(label)
         if v is not None:
