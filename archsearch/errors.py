@@ -20,9 +20,15 @@ class UserError(Exception):
         self.source = source
         self.key = key
         self.detail = " ".join(str(message).split())
-        parts = [p for p in (source, key) if p]
+        parts = [_printable(p) for p in (source, key) if p]
         prefix = ": ".join(parts)
         super().__init__(f"{prefix}: {self.detail}" if prefix else self.detail)
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters written as escapes (a key typed as `threads=<newline>`
+    reads `threads=\\n`), so the message stays one line and still names what was typed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 class CtrlC:

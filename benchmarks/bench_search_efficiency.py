@@ -9,8 +9,11 @@
    conf/sweep.yaml like the command) whose trainable replays the recorded trials
    (`archsearch.sweep.testing:replay`: what retraining would report, in milliseconds), over
    several seeds:
-   - default: cost pruning (constraints checked before training) + multi-objective TPE + ASHA
-     on the loss (today's `archsearch sweep`);
+   - default: today's `archsearch sweep`: cost pruning (constraints checked before training),
+     `sampler=auto` (`ehvi` on these spaces: one trained objective, latency predicted) and
+     `early_stopping=pareto`;
+   - tpe_asha: cost pruning + multi-objective TPE + ASHA on the loss (the default until
+     `sampler=auto`);
    - tpe: cost pruning + TPE, no early stopping (every trial trained to the end);
    - pareto: cost pruning + TPE + Pareto-aware early stopping (`early_stopping=pareto`);
    - random: random sampling of the space without its constraints, no early stopping (every
@@ -103,7 +106,8 @@ def objectives(space, arch_dict: dict, result: dict) -> tuple[float, float, bool
 
 
 STRATEGIES = {  # name -> (sampler, early stopping, constraints kept)
-    "default": ("tpe", "asha", True),
+    "default": ("auto", "pareto", True),
+    "tpe_asha": ("tpe", "asha", True),
     "tpe": ("tpe", "none", True),
     "pareto": ("tpe", "pareto", True),
     "random": ("random", "none", False),

@@ -93,8 +93,8 @@ def test_a_candidate_that_raises_is_invalid_and_never_retried(tmp_path):
 
     run_dir = tmp_path / "run"
     for _ in range(2):  # a rerun resumes the same study without tripping on the poison
-        res = subprocess.run(
-            _cmd(run_dir, space_file, "trials=8", "seed=1"),
+        res = subprocess.run(  # TPE proposes the poison; ehvi (the default) prices it out first
+            _cmd(run_dir, space_file, "trials=8", "seed=1", "sampler=tpe"),
             capture_output=True,
             text=True,
             timeout=300,

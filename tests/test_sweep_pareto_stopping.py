@@ -157,6 +157,16 @@ REASON = re.compile(
 def true_front(space_file: Path, truth: dict) -> set[str]:
     """Arch hashes of the feasible candidates on the true front (recorded loss, predicted
     decode latency), from every candidate of the space."""
+    points = feasible_points(space_file, truth)
+    return {
+        h
+        for h, p in points.items()
+        if not any(dominates(q, p, ["minimize", "minimize"]) for q in points.values())
+    }
+
+
+def feasible_points(space_file: Path, truth: dict) -> dict[str, tuple[float, float]]:
+    """Arch hash -> (recorded loss, predicted decode latency) of every feasible candidate."""
     from archsearch.cost import metric_value
     from archsearch.space import assignments, build, parse_space_file
 
@@ -170,18 +180,17 @@ def true_front(space_file: Path, truth: dict) -> set[str]:
                 truth[arch.arch_hash]["metrics"]["val_loss"],
                 metric_value(arch, latency),
             )
-    return {
-        h
-        for h, p in points.items()
-        if not any(dominates(q, p, ["minimize", "minimize"]) for q in points.values())
-    }
+    return points
 
 
 @pytest.mark.slow
-def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
+@pytest.mark.parametrize("sampler", ["tpe", "auto"])
+def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path, sampler):
     """search_small replayed from its recorded trials (every candidate trained once, seeded):
     Pareto-aware stopping stops trials, none of them on the true front, each with a reason
-    naming its prediction and a trained trial that dominates it."""
+    naming its prediction and a trained trial that dominates it; under TPE and under the
+    default sampler (`ehvi` here), which tries every feasible candidate once, trains the
+    whole true front and then stops asking."""
     run_dir = tmp_path / "run"
     res = subprocess.run(
         [
@@ -194,6 +203,7 @@ def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
             "concurrency=1",  # one at a time: the seeded sampler sees the same history each run
             "ray.num_cpus=2",
             "early_stopping=pareto",
+            f"sampler={sampler}",
             "trainable=archsearch.sweep.testing:replay",
             "format=json",
         ],
@@ -204,6 +214,7 @@ def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
         env={**os.environ, "ARCHSEARCH_REPLAY_CACHE": str(TRUTH)},
     )
     assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout)
     truth = json.loads(TRUTH.read_text())
     front = true_front(SMALL, truth)
     study = optuna.load_study(
@@ -213,8 +224,17 @@ def test_replayed_sweep_never_stops_a_trial_of_the_true_front(tmp_path):
     recs = {r.number: r for r in records(study)}
     stopped = [r for r in recs.values() if r.status == "stopped_early"]
     trained = [r for r in recs.values() if r.status == "trained"]
-    assert len(trained) == 12 and stopped, "nothing was stopped: the test exercises nothing"
+    assert stopped, "nothing was stopped: the test exercises nothing"
     assert front.isdisjoint(r.attrs["arch_hash"] for r in stopped)
+    if sampler == "tpe":
+        assert len(trained) == 12
+    else:  # every feasible candidate tried once (nothing else asked), the true front trained
+        assert summary["sampler"] == "ehvi" and summary["outcome"] in ("done", "exhausted")
+        assert front <= {r.attrs["arch_hash"] for r in trained}
+        hashes = [r.attrs["arch_hash"] for r in recs.values()]
+        assert len(hashes) == len(set(hashes)) == len(trained) + len(stopped)
+        if summary["outcome"] == "exhausted":
+            assert len(hashes) == len(feasible_points(SMALL, truth))
     for r in stopped:
         assert r.state == "PRUNED" and r.values is None
         rung = RUNG_REASON.match(r.reason)

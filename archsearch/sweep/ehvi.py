@@ -232,8 +232,9 @@ class EHVISampler(optuna.samplers.BaseSampler):
 
     # -- picking --------------------------------------------------------------------------------
 
-    def pick(self, study) -> dict[str, Any] | None:
-        """The next candidate's assignment, from the study's trials so far (None: none left)."""
+    def _history(self, study) -> tuple[dict[str, list[float]], set[str], set[str]]:
+        """From the study's trials: each pool candidate's trained values of the target (signed
+        to be minimised), the candidates tried (any state) and those in flight."""
         from optuna.trial import TrialState
 
         if self._pool is None:
@@ -252,6 +253,20 @@ class EHVISampler(optuna.samplers.BaseSampler):
                 trained.setdefault(h, []).append(self.sign[self.target] * t.values[self.target])
             elif t.state in (TrialState.RUNNING, TrialState.WAITING):
                 pending.add(h)
+        return trained, tried, pending
+
+    def untried(self, study) -> int:
+        """How many feasible candidates of the pool no trial of `study` has tried: at 0 the
+        space is exhausted for this sampler (the searcher stops asking, instead of recording
+        the duplicates a fallback would draw)."""
+        _, tried, _ = self._history(study)
+        assert self._pool is not None
+        return sum(h not in tried for h in self._pool)
+
+    def pick(self, study) -> dict[str, Any] | None:
+        """The next candidate's assignment, from the study's trials so far (None: none left)."""
+        trained, tried, pending = self._history(study)
+        assert self._pool is not None
         left = [h for h in self._pool if h not in tried]
         if not left:
             return None

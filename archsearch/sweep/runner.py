@@ -93,6 +93,17 @@ def check_feasible(space: SearchSpace, device: str) -> int:
     )
 
 
+def resolve_sampler(name: Sampler, space: SearchSpace, latency: LatencyMode) -> Sampler:
+    """`auto` -> `ehvi` where it applies: the space has exactly one objective that training
+    measures (`ehvi` models that one) and latencies are predicted (its other objectives are
+    then known before training); else `tpe`. Other names as they are."""
+    if name != Sampler.auto:
+        return name
+    trained = [o for o in space.objectives if o.spec.phase != "cost"]
+    ok = len(trained) == 1 and latency == LatencyMode.predicted
+    return Sampler.ehvi if ok else Sampler.tpe
+
+
 def make_sampler(
     name: Sampler, seed: int, n_trials: int, space: SearchSpace | None = None, device: str = ""
 ):
@@ -291,7 +302,8 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         check_storage_reachable(url)
     train = train_settings(space, cfg)
     check_placement(cfg, train)
-    sampler = make_sampler(cfg.sampler, cfg.seed, cfg.trials, space, device)
+    sampler_name = resolve_sampler(cfg.sampler, space, cfg.latency.mode)
+    sampler = make_sampler(sampler_name, cfg.seed, cfg.trials, space, device)
     es_metric, es_mode = early_stopping_metric(space)
     from archsearch.trainers.config import TrainConfig
 
@@ -398,6 +410,8 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "outcome": _outcome(state, trained, interrupted),
         "exhausted": state.exhausted,
         "device": device,
+        "sampler": sampler_name.value,
+        "early_stopping": cfg.early_stopping.value,
         "reference_point": StudyMeta.from_study(writer.study).reference,
         **retrained,
     }

@@ -18,6 +18,7 @@ from functools import partial
 from archsearch.space import suggest
 from archsearch.study import Status
 from archsearch.sweep.drivers import claim, sync
+from archsearch.sweep.ehvi import EHVISampler
 from archsearch.sweep.pricing import Priced, assess
 from archsearch.sweep.state import Launched, SweepState
 
@@ -57,6 +58,11 @@ def next_candidate(state: SweepState, tune_id: str):
     if state.launched + state.running_elsewhere + state.trained >= state.target:
         return None
     writer = state.writer
+    sampler = writer.study.sampler
+    if isinstance(sampler, EHVISampler) and not sampler.untried(writer.study):
+        state.exhausted = True  # every feasible candidate was tried: nothing new to ask
+        state.notify()
+        return Searcher.FINISHED
     for _ in range(SKIP_LIMIT):
         trial = writer.ask()
         suggested = partial(suggest, state.space, trial)

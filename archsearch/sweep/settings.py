@@ -18,8 +18,10 @@ from archsearch.trainers.config import Choice
 
 class Sampler(Choice):
     """Multi-objective samplers, seeded: Optuna's, and expected hypervolume improvement over
-    the cost model's known objectives (`sweep/ehvi.py`)."""
+    the cost model's known objectives (`sweep/ehvi.py`); `auto` is `ehvi` where it applies (one
+    objective that training measures, latencies predicted), else `tpe`."""
 
+    auto = "auto"
     tpe = "tpe"
     nsga2 = "nsga2"
     random = "random"
