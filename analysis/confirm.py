@@ -159,6 +159,12 @@ class Confirmation:
         return out
 
 
+def _corpus(train: dict[str, Any]) -> list[str]:
+    """The corpora a stored training config names (the embedded one when it names none)."""
+    data = train.get("data") or ["stdlib"]
+    return [data] if isinstance(data, str) else list(data)
+
+
 def _corr(value: float | None, p: float | None, n: int) -> str:
     if value is None:
         return f"not defined over {n} trials (needs 2 or more, not all equal)"
@@ -193,8 +199,6 @@ def _one(data: StudyData, index: int, key: tuple, recs: list[TrialRecord]) -> Co
     by_number = {r.number: r for r in data.records}
     sandbox_train = dict(data.meta.get("train") or {})
     first = recs[0].attrs.get("confirm_train") or {}
-    sandbox_data = list(sandbox_train.get("data") or ["stdlib"])
-    sandbox_data = [sandbox_data] if isinstance(sandbox_data, str) else sandbox_data
     c = Confirmation(
         study=data.name,
         objective=data.objectives[index],
@@ -203,7 +207,7 @@ def _one(data: StudyData, index: int, key: tuple, recs: list[TrialRecord]) -> Co
         budget=str(first.get("budget", "")),
         data=list(corpus),
         seed=seed,
-        same_corpus=list(corpus) == sandbox_data,
+        same_corpus=list(corpus) == _corpus(sandbox_train),
     )
     axes = [Axis(label, d) for label, d in zip(data.objectives, data.directions)]
     pool = candidates(data.records)
@@ -412,7 +416,7 @@ def correct_predicted_axes(data: StudyData, labels: list[str]) -> dict[str, str]
                 got = parse_budget(str(conf.get("budget", "")))
             except ValueError:
                 continue
-            same = list(conf.get("data") or []) == list(train.get("data") or ["stdlib"])
+            same = _corpus(conf) == _corpus(train)
             at = got.kind == want.kind and math.isclose(got.amount, want.amount, rel_tol=1e-6)
             val = _finite((r.attrs.get("metrics") or {}).get("val_loss"))
             if same and at and val is not None:
@@ -439,12 +443,12 @@ def _correct_axis(
     sandbox_runs, confirm_runs = _runs(
         data, curves, train, target, {n: r.number for n, r in confirmed.items()}, params
     )
+    law, why = {}, ""
     try:
         shape = fit_shape(sandbox_runs + list(confirm_runs.values()))
-    except ValueError as err:
-        return f"the law's prior shape, per trial ({err})"
-    law = {}
-    for r in pool:
+    except ValueError as err:  # the others keep the prior shape's prediction (`predict_axes`)
+        shape, why = None, f"the law's shape could not be fitted on this study: {err}"
+    for r in pool if shape is not None else []:
         try:
             law[r.number] = predict_loss(
                 curves.get(r.number) or r.attrs.get("curve") or {},
@@ -457,11 +461,12 @@ def _correct_axis(
             continue
     traits = _traits(pool)
     examples = _examples([(n, law[n].value, v) for n, v in measured.items() if n in law], traits)
-    why = ""
-    try:
-        transfer = fit_transfer(examples)
-    except ValueError as err:
-        transfer, why = None, str(err)
+    transfer = None
+    if shape is not None:
+        try:
+            transfer = fit_transfer(examples)
+        except ValueError as err:
+            why = str(err)
     corrected, alone = 0, 0
     for r in pool:
         stored = dict(r.attrs.get("predicted") or {})
@@ -473,16 +478,19 @@ def _correct_axis(
             }
         elif r.number in law:
             got = law[r.number]
-            try:
-                if transfer is None or r.number not in traits:
-                    raise UnseenMixer("no traits")
-                got = transfer.predict(traits[r.number], got.value)
-                corrected += 1
-            except UnseenMixer:
+            if transfer is not None and r.number in traits:
+                try:
+                    got = transfer.predict(traits[r.number], got.value)
+                    corrected += 1
+                except UnseenMixer:
+                    alone += 1
+            else:
                 alone += 1
             stored[label] = {"value": got.value, "std": got.std, "law": got.law}
         r.attrs["predicted"] = stored
     parts = [f"{len(measured)} trials measured by confirmations at {target}"]
+    if shape is None:
+        parts.append(f"the others by the law's prior shape, per trial ({why})")
     if corrected:
         parts.append(
             f"{corrected} predicted by the annealing law (shape fitted on this study) corrected "
@@ -490,7 +498,7 @@ def _correct_axis(
             "prints the correction's leave-one-out error)"
         )
     if alone:
-        reason = why if transfer is None else "a mixer class no confirmation has"
+        reason = why if transfer is None else "a mixer class no confirmation has, or no traits"
         parts.append(f"{alone} by the annealing law alone, shape fitted on this study ({reason})")
     return "; ".join(parts)
 

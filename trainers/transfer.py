@@ -17,8 +17,9 @@ confirmations w shrinks to 0 and the prediction is the law's, shifted by the con
 mean log ratio. Why these features: size and compute per token are what scaling laws read
 (Hoffmann et al. 2022), the mixer is what the residuals above follow, and ln L_law carries the
 sandbox curve (regressing on the features alone, without it, was worse). Measured on
-`search_small` (`benchmarks/bench_loss_axis.py`): the 28 architectures a `confirm n=4` leaves
-unconfirmed at 10x within 2.1% (MAPE; the law alone 6.2%), leave-one-out over all 40 1.8% (4.7%).
+`search_small` (`benchmarks/bench_loss_axis.py`): the 10x loss of the 28 architectures a
+`confirm n=4` leaves unconfirmed within 2.6% (MAPE; the law alone 6.2%), and leave-one-out over
+all 40 (each corrected by the other 39) within 1.7% (the law alone 4.7%).
 
 The 1-sigma error is the model's predictive one (BayesianRidge's, noise included), scaled up by
 the RMS of the examples' own leave-one-out z-scores where that exceeds 1: the spread of what
@@ -38,7 +39,15 @@ import numpy as np
 from archsearch.arch import ArchConfig
 from archsearch.trainers.extrapolate import Prediction
 
-__all__ = ["MIN_EXAMPLES", "Example", "Traits", "Transfer", "UnseenMixer", "fit_transfer"]
+__all__ = [
+    "MIN_EXAMPLES",
+    "Example",
+    "Traits",
+    "Transfer",
+    "UnseenMixer",
+    "fit_transfer",
+    "mixer_shares",
+]
 
 MIN_EXAMPLES = 4  # confirmations a transfer is fitted from
 
@@ -67,6 +76,8 @@ class Traits:
         )
 
     def row(self, mixers: Sequence[str]) -> list[float]:
+        """The features but ln L_law: ln parameters, ln FLOPs per token, each of `mixers`'
+        share of the layers."""
         shares = dict(self.mixers)
         return [math.log(self.params), math.log(self.flops_per_token)] + [
             shares.get(m, 0.0) for m in mixers
