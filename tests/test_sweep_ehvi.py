@@ -182,3 +182,17 @@ def test_a_space_with_two_trained_objectives_is_refused(space):
     )
     with pytest.raises(UserError, match="exactly one objective that training measures"):
         EHVISampler(two, "rpi5", 0)
+
+
+def test_auto_is_ehvi_where_it_applies_and_tpe_elsewhere():
+    from archsearch.space import load_space
+    from archsearch.sweep.runner import resolve_sampler
+    from archsearch.sweep.settings import LatencyMode, Sampler
+
+    tiny, two = load_space("tiny"), load_space("hybrid_linear_moe")  # loss; loss + probe
+    assert resolve_sampler(Sampler.auto, tiny, LatencyMode.predicted) == Sampler.ehvi
+    assert resolve_sampler(Sampler.auto, two, LatencyMode.predicted) == Sampler.tpe
+    # a measured latency is not known before training: nothing for ehvi to stand on
+    assert resolve_sampler(Sampler.auto, tiny, LatencyMode.measured) == Sampler.tpe
+    for name in (Sampler.tpe, Sampler.nsga2, Sampler.random, Sampler.ehvi):
+        assert resolve_sampler(name, tiny, LatencyMode.measured) == name

@@ -255,13 +255,17 @@ class EHVISampler(optuna.samplers.BaseSampler):
                 pending.add(h)
         return trained, tried, pending
 
-    def untried(self, study) -> int:
-        """How many feasible candidates of the pool no trial of `study` has tried: at 0 the
-        space is exhausted for this sampler (the searcher stops asking, instead of recording
-        the duplicates a fallback would draw)."""
+    def exhausted(self, study) -> bool:
+        """Whether nothing is left to ask of `study`: every feasible candidate of the pool was
+        tried and no trial waits to run (an interrupted one enqueued again). The searcher then
+        stops asking, instead of recording the duplicates a fallback would draw."""
+        from optuna.trial import TrialState
+
+        if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return False
         _, tried, _ = self._history(study)
         assert self._pool is not None
-        return sum(h not in tried for h in self._pool)
+        return all(h in tried for h in self._pool)
 
     def pick(self, study) -> dict[str, Any] | None:
         """The next candidate's assignment, from the study's trials so far (None: none left)."""

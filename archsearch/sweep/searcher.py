@@ -18,7 +18,6 @@ from functools import partial
 from archsearch.space import suggest
 from archsearch.study import Status
 from archsearch.sweep.drivers import claim, sync
-from archsearch.sweep.ehvi import EHVISampler
 from archsearch.sweep.pricing import Priced, assess
 from archsearch.sweep.state import Launched, SweepState
 
@@ -57,9 +56,11 @@ def next_candidate(state: SweepState, tune_id: str):
         return Searcher.FINISHED
     if state.launched + state.running_elsewhere + state.trained >= state.target:
         return None
+    from archsearch.sweep.ehvi import EHVISampler  # here: it imports Optuna
+
     writer = state.writer
     sampler = writer.study.sampler
-    if isinstance(sampler, EHVISampler) and not sampler.untried(writer.study):
+    if isinstance(sampler, EHVISampler) and sampler.exhausted(writer.study):
         state.exhausted = True  # every feasible candidate was tried: nothing new to ask
         state.notify()
         return Searcher.FINISHED
