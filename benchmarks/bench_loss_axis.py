@@ -144,10 +144,10 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str], archs: dict) -
             {"evals": r["evals"]}, r["config"], TEN_X, shape=shape, params=r["n_params"]
         )
 
-    def corrected(h, shape, known):
-        """h's 10x loss by the law with `shape`, corrected by the confirmations `known`."""
+    def transfer(shape, known):
+        """The law with `shape` corrected by the confirmations `known`."""
         examples = [Example(traits[k], predict(k, shape).value, loss(big[k])) for k in known]
-        return fit_transfer(examples).predict(traits[h], predict(h, shape).value)
+        return fit_transfer(examples)
 
     def figures(pairs):
         errs = np.array([p.value / loss(big[h]) - 1 for h, p in pairs])
@@ -167,13 +167,18 @@ def extrapolation(sandbox: dict, big: dict, confirmed: list[str], archs: dict) -
     shape = fit_shape(base + [run(h, big[h]) for h in known])
     unconfirmed = [h for h in big if h not in confirmed]
     held = [(h, predict(h, shape)) for h in unconfirmed]
-    held_corrected = [(h, corrected(h, shape, known)) for h in unconfirmed]
+    by_confirmed = transfer(shape, known)
+    held_corrected = [
+        (h, by_confirmed.predict(traits[h], predict(h, shape).value)) for h in unconfirmed
+    ]
     loo, loo_corrected = [], []
     for h in big:
         others = [k for k in big if k != h]
         shape_h = fit_shape(base + [run(k, big[k]) for k in others])
         loo.append((h, predict(h, shape_h)))
-        loo_corrected.append((h, corrected(h, shape_h, others)))
+        loo_corrected.append(
+            (h, transfer(shape_h, others).predict(traits[h], predict(h, shape_h).value))
+        )
     naive = np.array([loss(sandbox[h]) for h in big])
     ratio = [loss(big[h]) / loss(sandbox[h]) for h in known]
     ratio_errs = [abs(loss(sandbox[h]) * np.mean(ratio) / loss(big[h]) - 1) for h in unconfirmed]

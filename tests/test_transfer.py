@@ -136,16 +136,22 @@ def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_pat
     env = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.01"}
     run_dir = tmp_path / "run"
     common = ["trainable=archsearch.sweep.testing:synthetic", "format=json"]
+
+    def archsearch(*args: str) -> str:
+        """Run the command (its own Ray, the test's temp dir); its stdout."""
+        res = subprocess.run(
+            [exe, *args, *common],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
     sweep = [f"run_dir={run_dir}", "trials=9", "seed=3", "early_stopping=none"]
-    res = subprocess.run(
-        [exe, "sweep", *sweep, "confirm.factor=4", "confirm.n=4", *common],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert res.returncode == 0, res.stderr
+    archsearch("sweep", *sweep, "confirm.factor=4", "confirm.n=4")
     data = load(str(run_dir))
     (c,) = confirmations(data)
     by_number = {r.number: r for r in data.records}
@@ -160,16 +166,8 @@ def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_pat
     )
     assert c.corrected == expected >= 1
     assert 0 <= c.corrected_mape_pct < 100 and 0 <= c.corrected_within_2sigma <= 1
-    res = subprocess.run(  # stored: nothing trained, the same figure
-        [exe, "confirm", f"study={run_dir}", "factor=4", "n=4", *common],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout)["confirmation"]
+    # stored: nothing trained, the same figure
+    out = json.loads(archsearch("confirm", f"study={run_dir}", "factor=4", "n=4"))["confirmation"]
     assert out["corrected_mape_pct"] == pytest.approx(c.corrected_mape_pct)
     assert "corrected across architectures" in out["facts"]["extrapolation"]
 

@@ -97,11 +97,17 @@ def resolve_sampler(name: Sampler, space: SearchSpace, latency: LatencyMode) -> 
     """`auto` -> `ehvi` where it applies: the space has exactly one objective that training
     measures (`ehvi` models that one) and latencies are predicted (its other objectives are
     then known before training); else `tpe`. Other names as they are."""
+    from archsearch.sweep.ehvi import trained_objective
+
     if name != Sampler.auto:
         return name
-    trained = [o for o in space.objectives if o.spec.phase != "cost"]
-    ok = len(trained) == 1 and latency == LatencyMode.predicted
-    return Sampler.ehvi if ok else Sampler.tpe
+    if latency != LatencyMode.predicted:
+        return Sampler.tpe
+    try:
+        trained_objective(space)  # the check that refuses `sampler=ehvi` where it cannot work
+    except UserError:
+        return Sampler.tpe
+    return Sampler.ehvi
 
 
 def make_sampler(
