@@ -9,9 +9,9 @@ least of repeats per build, the least over builds, at a fixed thread count, thro
 decode step after a context, at one of four settings each. None of these models, and none of
 their (width, depth, vocabulary, prompt, context, batch) combinations, is timed by
 `archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels on grids of widths 64-768,
-prompts 16-512, contexts 16-2048, batches 1-4; its glue and held-out models at other sizes);
+prompts 16-512, contexts 16-2048, batches 1-8; its glue and held-out models at other sizes);
 rows outside the calibration set's ranges (width > 768, prompt > 512, context > 2048 or batch
-> 4) are marked `outside` and summarised apart.
+> 8) are marked `outside` and summarised apart.
 
 How far a measurement itself holds (`retest`): the builds are split in two halves, each
 timed as the least over its builds, and the share of architectures whose two halves agree
@@ -25,7 +25,7 @@ Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decod
 within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
 
 How fast the machine is now against during calibration (`drift`): a shared VM's speed wanders
-by 10% and more over minutes. The thirteen models calibration fitted its model-level terms to
+by 10% and more over minutes. The models calibration fitted its model-level terms to
 (`kernel_fit.glue_models`, where the profile's predictions equal calibration's timings up to
 the fit) are timed again before and after the held-out set; the median of measured /
 predicted, per phase, is that drift. The figures are printed as measured, and again with each
@@ -58,14 +58,14 @@ from archsearch.arch import (
 )
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
-from archsearch.cost.kernel_fit import GLUE_CONTEXT, GLUE_PROMPT, glue_models
+from archsearch.cost.kernel_fit import glue_models
 from archsearch.cost.kernel_timing import time_model, time_model_once
 
 # (prompt, context, batch): the first inside the calibration ranges, the others outside
 SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
 # (width, depth): widths 128-1024, depths 2-12
 SIZES = ((128, 12), (256, 6), (384, 3), (512, 2), (640, 4), (768, 2), (1024, 2), (896, 3))
-CALIBRATED = {"width": 768, "prompt": 512, "context": 2048, "batch": 4}
+CALIBRATED = {"width": 768, "prompt": 512, "context": 2048, "batch": 8}
 
 
 def kinds(d: int) -> dict[str, dict]:
@@ -156,11 +156,11 @@ def summary(rows: list[dict], q: str) -> dict:
 def drift(dev, runtime: str, repeats: int) -> list[tuple[float, float]]:
     """(measured / predicted TTFT, decode) of each model calibration fitted its glue to."""
     out = []
-    for arch in glue_models():
-        ttft, decode = time_model(arch, runtime, GLUE_PROMPT, GLUE_CONTEXT, repeats, 0.0)
-        c = columns(arch)
-        p_ttft = float(model.ttft_s(c, dev, GLUE_PROMPT, "fp32")[0])
-        p_decode = float(model.decode_s(c, dev, GLUE_CONTEXT, "fp32")[0])
+    for m in glue_models():
+        ttft, decode = time_model(m.arch, runtime, m.prompt, m.context, repeats, 0.0, m.batch)
+        c = columns(m.arch)
+        p_ttft = float(model.ttft_s(c, dev, m.prompt, "fp32", m.batch)[0])
+        p_decode = float(model.decode_s(c, dev, m.context, "fp32", m.batch)[0])
         out.append((ttft / p_ttft, decode / p_decode))
     return out
 

@@ -23,7 +23,7 @@ from archsearch.cost.devices import load_device
 from archsearch.cost.kernel_fit import fit_kernel, fit_memory
 from archsearch.cost.kernel_latency import gemm_seconds, gemm_work, kernel_seconds
 from archsearch.cost.kernel_timing import MEMORY_SIZES
-from archsearch.cost.kernels import KERNELS, PHASES, Glue, Kernels, parse_kernels
+from archsearch.cost.kernels import KERNELS, PHASES, Cache, Glue, Kernels, parse_kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
 
@@ -67,8 +67,8 @@ def synthetic_kernels() -> Kernels:
         cpu="test cpu",
         dispatch_s=3e-6,
         glue={
-            "forward": Glue(1e-4, 2e-5, 0.0, 2**24, 2**27),
-            "step": Glue(5e-5, 1e-5, 2e-11, 2**24, 2**27),
+            "forward": Glue(1e-4, 2e-5),
+            "step": Glue(5e-5, 1e-5, (Cache(1e-11, 2e6, 4e6), Cache(2e-11, 1.6e7, 1.3e8))),
         },
         predictors=predictors,
         bases={"gemm": (0.0, 5e-11, 6e-12, 1e-6), "gqa.step": (2e-6, 4e-11, 1e-11, 5e-6)},
@@ -135,7 +135,7 @@ def test_the_learned_roofline_extrapolates_beyond_the_timed_shapes():
 
 
 MIB = 2.0**20
-MEMORY = Glue(0.0, 0.0, 5.5e-11, 10 * MIB, 16 * MIB)  # as measured on a 32 MiB-L3 VM
+MEMORY = Glue(0.0, 0.0, (Cache(5.5e-11, 10 * MIB, 16 * MIB),))  # as measured on a 32 MiB-L3 VM
 
 
 @settings(max_examples=25, deadline=None)
@@ -145,15 +145,44 @@ def test_the_memory_probe_fit_recovers_a_known_cache_and_stall_per_byte(lo, rati
     over a cache-rate stream and a call overhead, are fitted back within 4% wherever the cache
     holds all or none of the weight (between, the probe's sizes, 10-50% apart, cannot place the
     transition exactly)."""
-    true = Glue(0.0, 0.0, byte_s, lo * MIB, lo * ratio * MIB)
+    true = Cache(byte_s, lo * MIB, lo * ratio * MIB)
     sizes = np.array(MEMORY_SIZES, dtype=np.float64)
     seconds = 2e-6 + 1.2e-11 * sizes + true.stalls(sizes)
     got = fit_memory(sizes, seconds)
     fitted = 2e-6 + 1.2e-11 * sizes + got.stalls(sizes)
-    outside = (sizes < true.cache_lo / 1.1) | (sizes > true.cache_hi * 1.1)  # grid step 7%
+    outside = (sizes < true.lo / 1.1) | (sizes > true.hi * 1.1)  # grid step 10%
     np.testing.assert_allclose(fitted[outside], seconds[outside], rtol=0.04)
-    assert got.byte_s == pytest.approx(byte_s, rel=0.15)
-    assert got.missing(2 * lo * ratio * MIB) == 1.0 and got.missing(lo * MIB / 2) == 0.0
+    assert len(got.caches) == 1, got  # one level in the times: no second one invented
+    (cache,) = got.caches
+    assert cache.byte_s == pytest.approx(byte_s, rel=0.15)
+    assert cache.missing(2 * lo * ratio * MIB) == 1.0 and cache.missing(lo * MIB / 2) == 0.0
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    st.floats(1.2, 3.0),
+    st.floats(40.0, 100.0),
+    st.floats(1e-11, 5e-11),
+    st.floats(1e-11, 5e-11),
+)
+def test_the_memory_probe_fit_finds_two_cache_levels(l2, l3, l2_byte_s, l3_byte_s):
+    """Probe times from a private L2 of `l2` MiB and a share of L3 of `l3` MiB (as on this
+    project's Xeon VM: 58 GB/s within 2 MiB, 30 GB/s to about 100 MiB, 16 GB/s beyond) are
+    fitted back as two levels, each where the probe's sizes place it (1, 2, 4 MiB around an
+    L2 cannot place its transition closer) and the larger at its cost within 25%; one level
+    alone misses them by more than 4% somewhere (why the second is taken)."""
+    true = (Cache(l2_byte_s, l2 * MIB, 2 * l2 * MIB), Cache(l3_byte_s, l3 * MIB, 2 * l3 * MIB))
+    sizes = np.array(MEMORY_SIZES, dtype=np.float64)
+    seconds = 2e-6 + 1.2e-11 * sizes + sum(c.stalls(sizes) for c in true)
+    got = fit_memory(sizes, seconds)
+    assert len(got.caches) == 2, got
+    for want, cache in zip(true, got.caches):  # placed as finely as the probe's sizes allow
+        assert cache.lo < 2 * want.hi and cache.hi > want.lo / 2, (want, cache)
+    assert got.caches[1].byte_s == pytest.approx(l3_byte_s, rel=0.25)
+    one = fit_memory(sizes, seconds, max_levels=1)
+    assert len(one.caches) <= 1
+    miss = np.abs((2e-6 + 1.2e-11 * sizes + one.stalls(sizes)) / seconds - 1)
+    assert miss.max() > 0.04
 
 
 def test_a_kernel_fit_leaves_out_the_stalls_it_met_alone():
@@ -190,7 +219,7 @@ def test_a_kernel_fit_leaves_out_the_stalls_it_met_alone():
 )
 def test_memory_stalls_grow_with_the_working_set(lo, ratio, sizes):
     """None below the lower capacity, every byte above the upper, monotone between."""
-    glue = Glue(0.0, 0.0, 1e-10, lo, lo * ratio)
+    glue = Cache(1e-10, lo, lo * ratio)
     sizes = np.sort(np.array(sizes))
     stalls, missing = glue.stalls(sizes), glue.missing(sizes)
     assert np.all(np.diff(stalls) >= 0) and np.all((missing >= 0) & (missing <= 1))
@@ -219,6 +248,16 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
             lambda k: k["glue"]["step"].update(scale=1.0),
             "kernels.glue.step.scale",
             "re-run `archsearch calibrate`",
+        ),
+        (
+            lambda k: k["glue"]["step"]["caches"][1].update(cache_lo="big"),
+            "kernels.glue.step.caches[1].cache_lo",
+            "'big'",
+        ),
+        (
+            lambda k: k["glue"]["forward"].update(caches={"byte_s": 1e-11}),
+            "kernels.glue.forward",
+            "expected a list",
         ),
         (
             lambda k: k["predictors"]["gemm"]["base"].update(byte_s=-1.0),
@@ -259,6 +298,20 @@ def test_a_malformed_kernels_section_is_one_line_and_exit_2(
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1, captured.err
     assert str(path) in captured.err and key in captured.err and fragment in captured.err
+
+
+def test_a_profile_of_the_one_cache_form_still_reads():
+    """Profiles calibrated before the memory model had levels (the shipped `local` among them)
+    keep their meaning: the flat {byte_s, cache_lo, cache_hi} is one cache level."""
+    kernels = synthetic_kernels().to_dict()
+    flat = {"model_s": 1e-4, "layer_s": 2e-5, "byte_s": 3e-11, "cache_lo": 2**24, "cache_hi": 2**27}
+    kernels["glue"]["forward"] = flat
+    parsed = parse_kernels(kernels, source="test")
+    assert parsed is not None
+    assert parsed.glue["forward"] == Glue(1e-4, 2e-5, (Cache(3e-11, 2**24, 2**27),))
+    assert parsed.glue["step"] == Glue(
+        5e-5, 1e-5, (Cache(1e-11, 2e6, 4e6), Cache(2e-11, 1.6e7, 1.3e8))
+    )
 
 
 def test_kernel_prices_are_the_sum_of_kernels_and_differ_from_the_roofline(tmp_path):

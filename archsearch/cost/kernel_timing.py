@@ -10,7 +10,7 @@ an empty state; its `step` kernel one decoded token after a context of n tokens.
 A shape is a point of a kernel's grid (`GRIDS`: one tuple of values per knob, an index per
 knob); `neighbour` moves a point one step along one or two knobs (adaptive sampling refines
 around the shapes predicted worst). The grids are the calibration set: widths 64-768, 1-16
-heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-4, GEMMs up to
+heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-8, GEMMs up to
 2048 x 3072 x 16384 (at most MAX_GEMM_FLOPS).
 
 Whole models (`time_model`) are timed as the least over `instances` fresh builds of the least
@@ -67,7 +67,7 @@ WIDTHS = (64, 128, 192, 256, 384, 512, 768)
 HEADS = (1, 2, 4, 8, 16)
 PROMPTS = (16, 32, 64, 128, 256, 512)
 CONTEXTS = (16, 64, 128, 256, 512, 1024, 2048)
-BATCHES = (1, 2, 4)
+BATCHES = (1, 2, 4, 8)
 TOKENS = (1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048)
 _MIXER = {"d": WIDTHS, "H": HEADS, "B": BATCHES}
 _FORWARD = {**_MIXER, "T": PROMPTS}
@@ -118,15 +118,18 @@ class Shape:
 
 
 MAX_TOKENS = 2048  # B x T of a timed prefill (longer ones cost seconds and add little)
+MAX_CONTEXT_TOKENS = 8192  # B x ctx of a timed step (its context is built by a prefill)
 MAX_GEMM_FLOPS = 2e10  # of a timed GEMM (about 0.1 s on one core)
 
 
 def affordable(shape: Shape) -> bool:
-    """Whether a shape is cheap enough to time: a prefill of at most MAX_TOKENS tokens, a GEMM
-    of at most MAX_GEMM_FLOPS."""
+    """Whether a shape is cheap enough to time: a prefill of at most MAX_TOKENS tokens, a step
+    after at most MAX_CONTEXT_TOKENS, a GEMM of at most MAX_GEMM_FLOPS."""
     v = shape.values()
     if shape.kernel == "gemm":
         return 2.0 * v["m"] * v["k"] * v["n"] <= MAX_GEMM_FLOPS
+    if "ctx" in v:
+        return v["B"] * v["ctx"] <= MAX_CONTEXT_TOKENS
     return v.get("B", 1) * v.get("T", 1) <= MAX_TOKENS
 
 

@@ -38,6 +38,7 @@ ensemble.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ __all__ = [
     "KERNELS",
     "PHASES",
     "WORK",
+    "Cache",
     "Glue",
     "Kernels",
     "features",
@@ -189,26 +191,53 @@ def gemm_features(m, k, n) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Cache:
+    """A level of the memory hierarchy a working set can outgrow: each byte that misses it costs
+    `byte_s` more than one that hits; the share that misses is 0 below `lo` bytes, 1 above
+    `hi`, log-linear between. The capacities are measured (`archsearch calibrate` times a
+    matrix-vector product over weights of 1-256 MiB: the effective capacity is the VM's share
+    of a shared cache, so it is measured, not read)."""
+
+    byte_s: float
+    lo: float
+    hi: float
+
+    def missing(self, nbytes) -> np.ndarray:
+        """The share of a working set of `nbytes` that misses this cache."""
+        nbytes = np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)
+        lo = max(self.lo, 1.0)
+        span = math.log(max(self.hi, lo * (1 + 1e-9)) / lo)
+        return np.clip(np.log(nbytes / lo) / span, 0.0, 1.0)
+
+    def stalls(self, nbytes) -> np.ndarray:
+        """Seconds of the stalls of a working set of `nbytes` read once per call."""
+        return self.byte_s * np.asarray(nbytes, dtype=np.float64) * self.missing(nbytes)
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(f"{v:.4g}") for k, v in zip(CACHE_KEYS, (self.byte_s, self.lo, self.hi))}
+
+
+CACHE_KEYS = ("byte_s", "cache_lo", "cache_hi")
+
+
+@dataclass(frozen=True)
 class Glue:
     """What a model costs beyond the sum of its kernels, for one phase: seconds per model and
     per layer (Python, state bookkeeping), and the memory stalls of its working set.
 
     A kernel timed alone, again and again, finds its weights and state in the cache while they
     fit; in a model the other layers have evicted them once the model's working set (weights
-    and decode state) outgrows the cache. Each byte that misses costs `byte_s` more than one
-    that hits; the share that misses is 0 below `cache_lo` bytes, 1 above `cache_hi`,
-    log-linear between. The capacities are measured (`archsearch calibrate` times a
-    matrix-vector product over weights of 1-256 MiB: the effective capacity is the VM's share
-    of a shared cache, so it is measured, not read), and so is the probe's cost per missed
-    byte, which a phase's `byte_s` scales by a factor fitted to whole models. A kernel's
-    learned time excludes the stalls it met alone (`stalls` of its own resident bytes,
-    subtracted from its timings before its fit); a model adds those of its whole working set."""
+    and decode state) outgrows the cache. The stalls are summed over the cache levels the probe
+    found (`caches`: e.g. a private L2 of about 2 MiB and the VM's share of a shared L3 of
+    about 100 MiB on this project's Xeon VM; one level on a 32 MiB-L3 EPYC VM), each level's
+    `byte_s` the probe's cost per missed byte scaled by a factor fitted to whole models. A
+    kernel's learned time excludes the stalls it met alone (`stalls` of its own resident
+    bytes, subtracted from its timings before its fit); a model adds those of its whole
+    working set."""
 
     model_s: float
     layer_s: float
-    byte_s: float
-    cache_lo: float
-    cache_hi: float
+    caches: tuple[Cache, ...] = ()
 
     def overhead(self, layers) -> np.ndarray:
         """Seconds per model and per layer."""
@@ -216,21 +245,25 @@ class Glue:
 
     def stalls(self, nbytes) -> np.ndarray:
         """Seconds of memory stalls of a working set of `nbytes` read once per call."""
-        return self.byte_s * np.asarray(nbytes, dtype=np.float64) * self.missing(nbytes)
+        out = np.zeros(np.shape(nbytes))
+        for cache in self.caches:
+            out = out + cache.stalls(nbytes)
+        return out
 
-    def missing(self, nbytes) -> np.ndarray:
-        """The share of a working set of `nbytes` that misses the cache."""
-        nbytes = np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)
-        lo = max(self.cache_lo, 1.0)
-        span = math.log(max(self.cache_hi, lo * (1 + 1e-9)) / lo)
-        return np.clip(np.log(nbytes / lo) / span, 0.0, 1.0)
+    def scaled(self, w: float) -> tuple[Cache, ...]:
+        """The caches with every missed byte costing `w` times as much."""
+        return tuple(dataclasses.replace(c, byte_s=w * c.byte_s) for c in self.caches)
 
-    def to_dict(self) -> dict[str, float]:
-        return {k: float(f"{getattr(self, k):.4g}") for k in GLUE_KEYS}
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model_s": float(f"{self.model_s:.4g}"),
+            "layer_s": float(f"{self.layer_s:.4g}"),
+            "caches": [c.to_dict() for c in self.caches],
+        }
 
 
-GLUE_KEYS = ("model_s", "layer_s", "byte_s", "cache_lo", "cache_hi")
-NO_GLUE = Glue(0.0, 0.0, 0.0, 1.0, 2.0)
+GLUE_KEYS = ("model_s", "layer_s", "caches")
+NO_GLUE = Glue(0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -314,15 +347,7 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
     glue_raw = raw["glue"]
     if not isinstance(glue_raw, dict) or set(map(str, glue_raw)) != set(PHASES):
         raise fail(f"expected {{forward: {{{', '.join(GLUE_KEYS)}}}, step: {{...}}}}", "glue")
-    glue = {}
-    for phase in PHASES:
-        entry = glue_raw[phase]
-        if isinstance(entry, dict) and "scale" in entry:
-            raise fail(f"{_EARLIER}: re-run `archsearch calibrate`", f"glue.{phase}.scale")
-        if not isinstance(entry, dict) or set(map(str, entry)) != set(GLUE_KEYS):
-            what = f"expected {{{', '.join(GLUE_KEYS)}}}, got {entry!r}"
-            raise fail(what[:160], f"glue.{phase}")
-        glue[phase] = Glue(*(_seconds(entry[k], fail, f"glue.{phase}.{k}") for k in GLUE_KEYS))
+    glue = {phase: _glue(glue_raw[phase], fail, f"glue.{phase}") for phase in PHASES}
     preds_raw = raw["predictors"]
     if not isinstance(preds_raw, dict):
         raise fail("expected a mapping of kernel -> {samples, fresh_error, model}", "predictors")
@@ -364,6 +389,30 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
 
 
 _EARLIER = "a kernel fit in the form of an earlier archsearch calibrate"
+_ONE_CACHE = {"model_s", "layer_s", *CACHE_KEYS}  # an earlier calibrate's form: one cache level
+
+
+def _glue(entry: Any, fail, sub: str) -> Glue:
+    """A phase's `glue`: {model_s, layer_s, caches: [{byte_s, cache_lo, cache_hi}, ...]}, or
+    the one-level form of earlier profiles, {model_s, layer_s, byte_s, cache_lo, cache_hi}."""
+    if isinstance(entry, dict) and "scale" in entry:
+        raise fail(f"{_EARLIER}: re-run `archsearch calibrate`", f"{sub}.scale")
+    keys = set(map(str, entry)) if isinstance(entry, dict) else set()
+    if keys not in (set(GLUE_KEYS), _ONE_CACHE):
+        raise fail(f"expected {{{', '.join(GLUE_KEYS)}}}, got {entry!r}"[:160], sub)
+    model_s, layer_s = (_seconds(entry[k], fail, f"{sub}.{k}") for k in ("model_s", "layer_s"))
+    levels = [entry] if keys == _ONE_CACHE else entry["caches"]
+    if not isinstance(levels, list):
+        raise fail(f"expected a list of {{{', '.join(CACHE_KEYS)}}}, got {levels!r}"[:160], sub)
+    caches = []
+    for i, level in enumerate(levels):
+        at = sub if keys == _ONE_CACHE else f"{sub}.caches[{i}]"
+        if keys != _ONE_CACHE and (
+            not isinstance(level, dict) or set(map(str, level)) != set(CACHE_KEYS)
+        ):
+            raise fail(f"expected {{{', '.join(CACHE_KEYS)}}}, got {level!r}"[:160], at)
+        caches.append(Cache(*(_seconds(level[k], fail, f"{at}.{k}") for k in CACHE_KEYS)))
+    return Glue(model_s, layer_s, tuple(caches))
 
 
 def _seconds(v: Any, fail, sub: str) -> float:
