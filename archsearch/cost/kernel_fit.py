@@ -101,7 +101,7 @@ class WholeModel(NamedTuple):
 
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
-    ones at one setting, and eight whose working sets (60-190 MiB) fill the range where a
+    ones at one setting, and eight whose working sets (59-154 MiB) fill the range where a
     shared cache runs out, at other prompts, contexts and batches (none of the benchmark's
     held-out widths and depths; `benchmarks/bench_latency_accuracy.py`)."""
     v, big = 2048, 4096
@@ -438,7 +438,9 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
             for j in range(len(levels)):
                 rest = levels[:j] + levels[j + 1 :]
                 near = [s for s in fine if all(apart(s, o) or apart(o, s) for o in rest)]
-                levels[j] = min(near, key=lambda s: fit([*rest[:j], s, *rest[j:]])[0])
+                levels[j] = min(
+                    near, key=lambda s: fit([*rest[:j], s, *rest[j:]])[0], default=levels[j]
+                )
         fits.append(levels)
     levels = fits[0]
     for more in fits[1:]:
@@ -489,8 +491,8 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
     against the probe's one long stream (shipped `local` profile: about 1.1 for a decode step,
     0.6 for a prefill, whose weights are read once for many tokens). A model holds less of a
     shared cache than the probe's one weight streamed again and again: on this project's Xeon
-    VM decode steps of 80-160 MiB of weights ran 10-30% slower than the probe's capacity
-    predicts."""
+    VM, with the probe's capacity, decode steps of 80-160 MiB of weights were predicted 10-30%
+    fast; fitted, a model's capacity came out at 0.6-0.7 x the probe's."""
     layers = np.array(layers, dtype=np.float64)
     glue = {}
     for i, phase in enumerate(PHASES):
