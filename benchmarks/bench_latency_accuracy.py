@@ -59,7 +59,7 @@ from archsearch.arch import (
 from archsearch.cost import columns, model
 from archsearch.cost.devices import load_device
 from archsearch.cost.kernel_fit import glue_models
-from archsearch.cost.kernel_timing import time_model, time_model_once
+from archsearch.cost.kernel_timing import time_model_once
 
 # (prompt, context, batch): the first inside the calibration ranges, the others outside
 SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
@@ -157,10 +157,7 @@ def drift(dev, runtime: str, repeats: int) -> list[tuple[float, float]]:
     """(measured / predicted TTFT, decode) of each model calibration fitted its glue to."""
     out = []
     for m in glue_models():
-        ttft, decode = time_model(m.arch, runtime, m.prompt, m.context, repeats, 0.0, m.batch)
-        c = columns(m.arch)
-        p_ttft = float(model.ttft_s(c, dev, m.prompt, "fp32", m.batch)[0])
-        p_decode = float(model.decode_s(c, dev, m.context, "fp32", m.batch)[0])
+        (ttft, decode), (p_ttft, p_decode) = m.timed(runtime, repeats, 0.0), m.predicted(dev)
         out.append((ttft / p_ttft, decode / p_decode))
     return out
 

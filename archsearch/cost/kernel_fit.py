@@ -98,6 +98,22 @@ class WholeModel(NamedTuple):
     context: int = GLUE_CONTEXT
     batch: int = 1
 
+    def timed(self, runtime: str, repeats: int, min_time: float) -> tuple[float, float]:
+        """(seconds to first token, seconds of the decode step) measured in `runtime`."""
+        return timing.time_model(
+            self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch
+        )
+
+    def predicted(self, device: DeviceProfile) -> tuple[float, float]:
+        """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""
+        from archsearch.cost import model
+
+        c = Columns.from_archs([self.arch])
+        return (
+            float(model.ttft_s(c, device, self.prompt, "fp32", self.batch)[0]),
+            float(model.decode_s(c, device, self.context, "fp32", self.batch)[0]),
+        )
+
 
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
@@ -455,16 +471,6 @@ def _with(device: DeviceProfile, kernels: Kernels) -> DeviceProfile:
     return dataclasses.replace(device, kernels=kernels)
 
 
-def _predict(device: DeviceProfile, m: WholeModel) -> tuple[float, float]:
-    from archsearch.cost import model
-
-    c = Columns.from_archs([m.arch])
-    return (
-        float(model.ttft_s(c, device, m.prompt, "fp32", m.batch)[0]),
-        float(model.decode_s(c, device, m.context, "fp32", m.batch)[0]),
-    )
-
-
 def _working(m: WholeModel) -> tuple[float, float]:
     """The working sets (bytes) of a model's prefill and decode step."""
     c = Columns.from_archs([m.arch])
@@ -612,18 +618,14 @@ def fit_kernels(
         ran, times = [], []
         for m in models:
             try:
-                times.append(
-                    timing.time_model(
-                        m.arch, runtime, m.prompt, m.context, reps, plan["min_time"], m.batch
-                    )
-                )
+                times.append(m.timed(runtime, reps, plan["min_time"]))
             except ExportError:
                 continue
             ran.append(m)
         return ran, times
 
     glue_archs, glue_meas = timed(glue_models()[: plan["glue"]])
-    glue_pred = [_predict(_with(device, kernels), m) for m in glue_archs]
+    glue_pred = [m.predicted(_with(device, kernels)) for m in glue_archs]
     working = [_working(m) for m in glue_archs]
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
         layers = [m.arch.n_layers for m in glue_archs]
@@ -637,7 +639,7 @@ def fit_kernels(
         note("model-level overhead")
     held_out, val_meas = timed(validation_models()[: plan["validation"]])
     fitted = _with(device, kernels)
-    val_pred = [_predict(fitted, m) for m in held_out]
+    val_pred = [m.predicted(fitted) for m in held_out]
     note("held-out models")
     return {
         "kernels": kernels.to_dict(),
