@@ -3,10 +3,11 @@
 1. The dispatch overhead per operator (`kernel_timing.dispatch_seconds`).
 2. The machine's memory stalls (`fit_memory`): a matrix-vector product over weights of 1-256
    MiB, called again and again, runs from the cache while its weight fits and from memory
-   beyond; the extra seconds per byte that misses, and the two capacities between which the
-   share that misses goes from 0 to 1, are fitted to its times (`kernels.Glue`). Measured on
-   a 2-vCPU EPYC VM (32 MiB of L3 shared with other tenants), quiet: 73-76 GB/s up to 14 MiB,
-   20 GB/s from 32 MiB; with the other vCPU busy: 80 GB/s up to 8 MiB, 15 GB/s from 16 MiB.
+   beyond; per cache level it outgrows (up to two, `kernels.Cache`), the extra seconds per byte
+   that misses and the two capacities between which the share that misses goes from 0 to 1
+   are fitted to its times. Measured on a 2-vCPU EPYC VM (32 MiB of L3 shared with other
+   tenants), quiet: 73-76 GB/s up to 14 MiB, 20 GB/s from 32 MiB (one level); on a 2-vCPU Xeon
+   VM: 54-58 GB/s within the 2 MiB L2, 28-30 GB/s to about 96 MiB, 15-16 GB/s beyond (two).
 3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
    al., MobiSys 2021): time half the budget at random points of the kernel's grid and fit;
    then, in rounds, time fresh random points, record the fitted predictor's error on them (an
@@ -21,7 +22,8 @@
    are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
    working set: weights and decode state) + a + b x layers per phase, a, b, w >= 0 (Python and
    bookkeeping per model and per layer; how much more a missed byte costs in a model than in
-   the probe) by non-negative least squares on relative errors. In a model the other layers
+   the probe) by non-negative least squares on relative errors, with the capacity of the
+   largest cache as a model meets it searched on a grid. In a model the other layers
    evict a kernel's weights once the working set outgrows the cache, so every resident byte
    stalls as it would in a kernel that large. The kernels' sum is not
    scaled: each kernel is timed as the models run it.
