@@ -34,11 +34,11 @@ def dense_ffn_ops(c: Columns, p: Phase) -> list[Op]:
 
 def moe_ops(c: Columns, p: Phase) -> list[Op]:
     """Router, the N k routed (token, expert) pairs through their experts, shared experts.
-    Weights read: all experts touched by N k assignments (at most E), plus the shared ones."""
+    Weights read: the experts the N tokens touch (`experts_touched`), plus the shared ones."""
     N = p.tokens
     routed = _ffn_ops(c, p, c.Fe, tokens=N * c.topk, name="moe.routed")
-    touched = np.minimum(c.E, N * c.topk)
-    per_expert = _ffn_params(c, c.Fe)
+    touched = experts_touched(c, N)
+    per_expert = expert_params(c)
     routed[0].weights = routed[0].weights * 0  # weights counted once below
     routed[2].weights = routed[2].weights * 0
     ops = [
@@ -55,6 +55,21 @@ def moe_ops(c: Columns, p: Phase) -> list[Op]:
     ]
     routed[1].launches = 0.0  # the routed experts' launches are counted in moe.dispatch
     return ops
+
+
+def experts_touched(c: Columns, tokens) -> np.ndarray:
+    """Routed experts that `tokens` tokens reach, each routed to top-k of E distinct experts,
+    expected under uniform routing (what load balancing aims at): E (1 - (1 - k/E)^N). It is k
+    for one token (a decode step at batch 1), E for a long prompt, and 7.2 of 8 experts, not
+    min(E, N k) = 8, for a top-2 decode step at batch 8. 0 where there is no MoE."""
+    E = np.asarray(c.E, dtype=np.float64)
+    miss = 1.0 - np.divide(c.topk, E, out=np.zeros_like(E), where=E > 0)
+    return E * (1.0 - miss ** np.asarray(tokens, dtype=np.float64))
+
+
+def expert_params(c: Columns) -> np.ndarray:
+    """Parameters of one routed expert."""
+    return _ffn_params(c, c.Fe)
 
 
 def _ffn_params(c: Columns, width) -> np.ndarray:

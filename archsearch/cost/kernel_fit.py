@@ -119,9 +119,9 @@ class WholeModel(NamedTuple):
 
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
-    ones at one setting, and eight whose working sets (59-154 MiB) fill the range where a
-    shared cache runs out, at other prompts, contexts and batches (none of the benchmark's
-    held-out widths and depths; `benchmarks/bench_latency_accuracy.py`)."""
+    ones at one setting, eight whose working sets (59-180 MiB) fill the range where a shared
+    cache runs out, at other prompts, contexts and batches, and two small ones at batch 8
+    (none of the benchmark's held-out widths and depths; `benchmarks/bench_latency_accuracy.py`)."""
     v, big = 2048, 4096
     gqa = dict(attention=AttentionConfig(n_heads=10, n_kv_heads=2))
     fixed = [
@@ -160,6 +160,10 @@ def glue_models() -> list[WholeModel]:
             128,
             512,
             2,
+        ),
+        WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
+        WholeModel(
+            _arch(320, 4, big, attention=AttentionConfig(kind="mla", n_heads=5)), 96, 512, 8
         ),
     ]
 

@@ -31,7 +31,7 @@ from archsearch.arch import LINEAR_FAMILIES
 from archsearch.cost.attention import attention_ops, mla_ops
 from archsearch.cost.counts import block_modules, params, state_elements
 from archsearch.cost.devices import DeviceProfile
-from archsearch.cost.ffn import dense_ffn_ops, moe_ops
+from archsearch.cost.ffn import dense_ffn_ops, expert_params, experts_touched, moe_ops
 from archsearch.cost.kernels import Kernels, features, gemm_features
 from archsearch.cost.linear import linear_mixer_ops
 from archsearch.cost.mcsd import mcsd_ops
@@ -217,10 +217,12 @@ def _group_seconds(
 
 
 def working_set(c: Columns, p: Phase) -> np.ndarray:
-    """fp32 bytes a phase reads per call: the active weights and the decode state (after the
-    context for a step, after the prompt for a prefill)."""
+    """fp32 bytes a phase reads per call: the active weights (with every routed expert the
+    phase's tokens touch: `ffn.experts_touched`) and the decode state (after the context for a
+    step, after the prompt for a prefill)."""
     context = p.n0 if p.kind == "step" else p.n0 + p.T
-    return FP32 * (params(c)["active_params"] + state_elements(c, context, p.B))
+    routed = c.L * (experts_touched(c, p.tokens) - np.where(c.E > 0, c.topk, 0)) * expert_params(c)
+    return FP32 * (params(c)["active_params"] + routed + state_elements(c, context, p.B))
 
 
 def kernel_seconds(
