@@ -20,6 +20,7 @@ from archsearch import yamlio
 from archsearch.arch import ArchConfig, AttentionConfig, LayersConfig, LinearConfig, MoEConfig
 from archsearch.cli import main
 from archsearch.cost import columns, model
+from archsearch.cost.counts import params as count_params
 from archsearch.cost.counts import state_elements
 from archsearch.cost.devices import load_device
 from archsearch.cost.ffn import experts_touched
@@ -441,3 +442,18 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     ttft = model.ttft_s(c, dev, 128, "fp32")[0]
     assert ttft > 0 and ttft != pytest.approx(model.ttft_s(c, roofline, 128, "fp32")[0])
     assert model.decode_s(c, dev, 128, "fp32")[0] != model.decode_s(c, roofline, 128, "fp32")[0]
+
+
+def test_every_model_calibration_times_builds():
+    """The glue, held-out and reference models are fixed in code: each must build (a model
+    that does not would fail a calibration after minutes of timing). Built on the meta device:
+    no weights are allocated."""
+    import torch
+
+    from archsearch.cost.calibrate import reference_models
+    from archsearch.cost.kernel_fit import glue_models, validation_models
+
+    archs = [m.arch for m in glue_models() + validation_models()] + reference_models()
+    with torch.device("meta"):
+        params = [sum(p.numel() for p in build_model(a).parameters()) for a in archs]
+    assert params == [int(count_params(columns(a))["params"][0]) for a in archs]

@@ -147,6 +147,7 @@ def glue_models() -> list[WholeModel]:
     ]
     mla = AttentionConfig(kind="mla", n_heads=7, kv_rank=224, rope_dim=32)
     moe = MoEConfig(n_experts=8, top_k=2, d_expert=576)
+    mla_small = AttentionConfig(kind="mla", n_heads=5, kv_rank=80)
     return [WholeModel(a) for a in fixed] + [
         WholeModel(_arch(640, 3, big, **gqa), 256, 1024),
         WholeModel(_arch(896, 2, big, attention=mla), 128, 512),
@@ -162,9 +163,7 @@ def glue_models() -> list[WholeModel]:
             2,
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
-        WholeModel(
-            _arch(320, 4, big, attention=AttentionConfig(kind="mla", n_heads=5)), 96, 512, 8
-        ),
+        WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
     ]
 
 
