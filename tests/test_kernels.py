@@ -433,6 +433,10 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     gemv_share = raw["bandwidth"]["gemv"] / max(raw["bandwidth"]["read"], raw["bandwidth"]["copy"])
     assert dev.eff("fp32").bandwidth == pytest.approx(min(1.0, gemv_share), abs=1e-4)
     assert "bandwidth" not in raw["fit"]
+    # every timing a kernel's fit saw is kept, to refit offline
+    timed = raw["kernels"]["kernels"]
+    assert {k: len(v) for k, v in timed.items() if v} == dev.kernels.samples
+    assert all(s["seconds"] > 0 for v in timed.values() for s in v)
     assert dev.kernels is not None and dev.kernels.runtime == "torch"
     assert {"gemm", "gqa.forward", "gqa.step"} <= set(dev.kernels.predictors)
     assert dev.provenance.kind == "measured"

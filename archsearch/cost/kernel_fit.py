@@ -106,6 +106,15 @@ class WholeModel(NamedTuple):
             self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch
         )
 
+    def working_sets(self) -> tuple[float, float]:
+        """The working sets (bytes) of the prefill and the decode step
+        (`kernel_latency.working_set`)."""
+        c = Columns.from_archs([self.arch])
+        return (
+            float(working_set(c, Phase("forward", T=self.prompt, B=self.batch, causal="half"))[0]),
+            float(working_set(c, Phase("step", T=1, n0=self.context, B=self.batch))[0]),
+        )
+
     def predicted(self, device: DeviceProfile) -> tuple[float, float]:
         """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""
         from archsearch.cost import model
@@ -476,15 +485,6 @@ def _with(device: DeviceProfile, kernels: Kernels) -> DeviceProfile:
     return dataclasses.replace(device, kernels=kernels)
 
 
-def _working(m: WholeModel) -> tuple[float, float]:
-    """The working sets (bytes) of a model's prefill and decode step."""
-    c = Columns.from_archs([m.arch])
-    return (
-        float(working_set(c, Phase("forward", T=m.prompt, B=m.batch, causal="half"))[0]),
-        float(working_set(c, Phase("step", T=1, n0=m.context, B=m.batch))[0]),
-    )
-
-
 def _shared_capacity(memory: Glue, scale: float) -> Glue:
     """`memory` with its largest cache (the VM's share of the shared one) `scale` x as large."""
     if not memory.caches:
@@ -631,7 +631,7 @@ def fit_kernels(
 
     glue_archs, glue_meas = timed(glue_models()[: plan["glue"]])
     glue_pred = [m.predicted(_with(device, kernels)) for m in glue_archs]
-    working = [_working(m) for m in glue_archs]
+    working = [m.working_sets() for m in glue_archs]
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
         layers = [m.arch.n_layers for m in glue_archs]
         glue = _fit_glue(glue_meas, glue_pred, layers, working, memory)
@@ -651,6 +651,10 @@ def fit_kernels(
         "validation": _validation(val_meas, val_pred) if held_out else {},
         "raw": {
             "memory": [{"bytes": n, "seconds": t} for n, t in zip(sizes, memory_s)],
+            "kernels": {
+                k: [{**shape.values(), "seconds": t} for shape, t in zip(f.shapes, f.y)]
+                for k, f in fits.items()
+            },
             "glue": [
                 {**_setting(a), "measured_s": m, "predicted_s": p}
                 for a, m, p in zip(glue_archs, glue_meas, glue_pred)
