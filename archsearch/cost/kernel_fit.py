@@ -129,8 +129,9 @@ class WholeModel(NamedTuple):
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
     ones at one setting, eight whose working sets (59-180 MiB) fill the range where a shared
-    cache runs out, at other prompts, contexts and batches, and two small ones at batch 8
-    (none of the benchmark's held-out widths and depths; `benchmarks/bench_latency_accuracy.py`)."""
+    cache runs out, at other prompts, contexts and batches, two small ones at batch 8 and four
+    deep and narrow ones (none of the benchmark's held-out widths and depths;
+    `benchmarks/bench_latency_accuracy.py`)."""
     v, big = 2048, 4096
     gqa = dict(attention=AttentionConfig(n_heads=10, n_kv_heads=2))
     fixed = [
@@ -157,6 +158,15 @@ def glue_models() -> list[WholeModel]:
     mla = AttentionConfig(kind="mla", n_heads=7, kv_rank=224, rope_dim=32)
     moe = MoEConfig(n_experts=8, top_k=2, d_expert=576)
     mla_small = AttentionConfig(kind="mla", n_heads=5, kv_rank=80)
+    # deep and narrow, in the cache: they tell the per-layer term from the stalls (without
+    # them it took up 45 us a layer on the Xeon VM and 12-layer models were predicted 15-27%
+    # slow; refitted with them, 0: a layer costs its kernels)
+    deep = [
+        WholeModel(_arch(96, 10, v, attention=AttentionConfig(n_heads=2, n_kv_heads=1))),
+        WholeModel(_arch(64, 12, v, **_linear("gla"))),
+        WholeModel(_arch(160, 9, v, **_linear("retnet"))),
+        WholeModel(_arch(192, 8, v, layers=LayersConfig(mixer="mcsd"), mcsd=MCSDConfig(4))),
+    ]
     return [WholeModel(a) for a in fixed] + [
         WholeModel(_arch(640, 3, big, **gqa), 256, 1024),
         WholeModel(_arch(896, 2, big, attention=mla), 128, 512),
@@ -172,6 +182,7 @@ def glue_models() -> list[WholeModel]:
             2,
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
+        *deep,
         WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
     ]
 
