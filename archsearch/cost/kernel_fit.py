@@ -182,8 +182,8 @@ def glue_models() -> list[WholeModel]:
             2,
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
-        *deep,
         WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
+        *deep,
     ]
 
 
