@@ -175,20 +175,17 @@ def sentinels() -> list[WholeModel]:
     return [models[int(np.argmin(np.abs(np.log(ws / (mib * 2**20)))))] for mib in SENTINEL_MIB]
 
 
-def machine_now(dev, runtime: str, repeats: int, models: list[WholeModel]) -> np.ndarray:
-    """[sentinel, phase] measured / predicted of the sentinels now (one build each)."""
+def measured_over_predicted(
+    dev, runtime: str, repeats: int, models: list[WholeModel], instances: int = 3
+) -> list[tuple[float, float]]:
+    """(measured / predicted TTFT, decode) of each model now, the least over `instances`
+    builds: `drift` times every glue model, the sentinels one build each."""
     out = []
     for m in models:
-        times = time_model_once(m.arch, runtime, m.prompt, m.context, repeats, 0.0, m.batch)
-        out.append([t / p for t, p in zip(times, m.predicted(dev))])
-    return np.array(out)
-
-
-def drift(dev, runtime: str, repeats: int) -> list[tuple[float, float]]:
-    """(measured / predicted TTFT, decode) of each model calibration fitted its glue to."""
-    out = []
-    for m in glue_models():
-        (ttft, decode), (p_ttft, p_decode) = m.timed(runtime, repeats, 0.0), m.predicted(dev)
+        (ttft, decode), (p_ttft, p_decode) = (
+            m.timed(runtime, repeats, 0.0, instances),
+            m.predicted(dev),
+        )
         out.append((ttft / p_ttft, decode / p_decode))
     return out
 
@@ -208,13 +205,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
     t0 = time.perf_counter()
-    before = drift(dev, args.runtime, args.repeats)
+    before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models())
     watch = sentinels()
     watch_ws = np.array([m.working_sets() for m in watch])
     rows = []
     for family, arch, setting in cases(args.per_kind):
         prompt, context, batch = setting
-        now = machine_now(dev, args.runtime, 3, watch)
+        now = measured_over_predicted(dev, args.runtime, 3, watch, instances=1)
         builds = [
             time_model_once(arch, args.runtime, prompt, context, args.repeats, 0.0, batch)
             for _ in range(args.instances)
@@ -237,7 +234,7 @@ def main() -> None:
             "decode_builds_ms": [1e3 * b[1] for b in builds],
             "decode_ms": 1e3 * decode,
             "decode_pred_ms": 1e3 * p_decode,
-            "sentinels": now.tolist(),
+            "sentinels": [list(r) for r in now],
         }
         rows.append(row)
         print(
@@ -248,7 +245,7 @@ def main() -> None:
             f"{p_decode / decode - 1:+6.1%})",
             flush=True,
         )
-    after = drift(dev, args.runtime, args.repeats)
+    after = measured_over_predicted(dev, args.runtime, args.repeats, glue_models())
     ratios = np.array(before + after)
     speed = {"ttft": float(np.median(ratios[:, 0])), "decode": float(np.median(ratios[:, 1]))}
     seen = np.array([r["sentinels"] for r in rows])  # [row, sentinel, phase]

@@ -18,7 +18,7 @@
    the kernel's learned roofline (seconds per launch, byte, FLOP and call of its work terms,
    non-negative least squares on relative errors) and a gradient-boosted correction of the log
    ratio of measured to roofline time (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
-4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 4-300 MB of weights)
+4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 3-300 MB of weights)
    are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
    working set: weights and decode state) + a + b x layers per phase, a, b, w >= 0 (Python and
    bookkeeping per model and per layer; how much more a missed byte costs in a model than in
@@ -100,10 +100,13 @@ class WholeModel(NamedTuple):
     context: int = GLUE_CONTEXT
     batch: int = 1
 
-    def timed(self, runtime: str, repeats: int, min_time: float) -> tuple[float, float]:
-        """(seconds to first token, seconds of the decode step) measured in `runtime`."""
+    def timed(
+        self, runtime: str, repeats: int, min_time: float, instances: int = 3
+    ) -> tuple[float, float]:
+        """(seconds to first token, seconds of the decode step) measured in `runtime`, the
+        least over `instances` builds (`kernel_timing.time_model`)."""
         return timing.time_model(
-            self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch
+            self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch, instances
         )
 
     def working_sets(self) -> tuple[float, float]:
