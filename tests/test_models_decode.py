@@ -3,10 +3,13 @@ equals the parallel forward, causality, decode-state sizes, gradients and one tr
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from archsearch.arch import FFN_KINDS, LINEAR_FAMILIES, ArchConfig
 from archsearch.models import build_model
@@ -176,6 +179,50 @@ def test_mla_absorbed_decoding_equals_plain_form():
         state = s_new
     assert set(state) == {"c", "k_rope"}
     assert state["c"].shape == (2, 20, 12) and state["k_rope"].shape == (2, 20, 4)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    heads=st.sampled_from([1, 2, 4]),
+    dn=st.integers(2, 8),
+    dr=st.sampled_from([2, 4]),
+    dv=st.integers(2, 14),
+    window=st.one_of(st.none(), st.integers(1, 12)),
+    start=st.integers(0, 20),
+    T=st.integers(1, 30),
+)
+@torch.no_grad()
+def test_mla_fused_attention_equals_the_math_form(heads, dn, dr, dv, window, start, T):
+    """MLA zero-pads its values to the query's head size where SDPA's fused kernel may run
+    (`models/mla.py`): its prefill, from empty or after a state, equals the unpadded math
+    form, and SDPA sees one head size only where the values were narrower."""
+    a = attention(
+        kind="mla",
+        n_heads=heads,
+        kv_rank=12,
+        head_dim=dn,
+        rope_dim=dr,
+        v_head_dim=dv,
+        window=window,
+    )
+    torch.manual_seed(0)
+    mixer = build_model(a).eval().blocks[0].mixer
+    x = torch.randn(2, start + T, D)
+
+    def prefill() -> torch.Tensor:
+        state = mixer.init_state(2)
+        if start:
+            _, state = mixer.prefill(x[:, :start], state, 0)
+        return mixer.prefill(x[:, start:], state, start)[0]
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", wraps=sdpa) as f:
+        fused = prefill()
+    with sdpa_kernel(SDPBackend.MATH):
+        plain = prefill()
+    assert f.call_args.args[2].shape[-1] == max(dv, dn + dr)  # padded where narrower
+    assert fused.shape == plain.shape == (2, T, D)
+    assert max_diff(fused, plain) <= 1e-5
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

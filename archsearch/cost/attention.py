@@ -13,7 +13,7 @@ import numpy as np
 from archsearch.cost.ops import Columns, Op, Phase, launches, linear_op, visible_pairs
 
 # operators dispatched (decode step, one chunk, each further chunk; see `ops.launches`)
-ATTENTION_LAUNCHES = {"gqa": (43, 37, 0), "mla": (69, 81, 0)}
+ATTENTION_LAUNCHES = {"gqa": (43, 37, 0), "mla": (69, 50, 0)}
 
 
 def attention_ops(c: Columns, p: Phase) -> list[Op]:

@@ -9,7 +9,7 @@ an empty state; its `step` kernel one decoded token after a context of n tokens.
 
 A shape is a point of a kernel's grid (`GRIDS`: one tuple of values per knob, an index per
 knob); `neighbour` moves a point one step along one or two knobs (adaptive sampling refines
-around the shapes predicted worst). The grids are the calibration set: widths 64-768, 1-16
+around the shapes predicted worst). The grids are the calibration set: widths 64-768, 1-32
 heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-8, GEMMs up to
 2048 x 3072 x 16384 (at most MAX_GEMM_FLOPS).
 
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 WIDTHS = (64, 128, 192, 256, 384, 512, 768)
-HEADS = (1, 2, 4, 8, 16)
+HEADS = (1, 2, 4, 8, 16, 32)  # at most d / 32 (`_arch`): 24 at d = 768, as Mamba2 sets them
 PROMPTS = (16, 32, 64, 128, 256, 512)
 CONTEXTS = (16, 64, 128, 256, 512, 1024, 2048)
 BATCHES = (1, 2, 4, 8)

@@ -16,6 +16,12 @@ Equations (Appendix D, eqs. 8-17): c = norm(W_DKV h), k_C = W_UK c, k_R = RoPE(W
 Training forward (the plain, up-projecting form) over T tokens:
   matmuls q (d x H(dn+dr), or d x dq then dq x H(dn+dr)), kv_a (d x (dc+dr)), kv_b
   (dc x H(dn+dv)), SDPA over H heads ([T, dn+dr] scores, values of dv), o_proj (H dv x d).
+  The values are zero-padded to dn + dr (where dv is less) and the output's extra columns,
+  zeros, dropped: torch's fused CPU attention needs one head size for q, k and v, and without
+  it SDPA falls back to its math form, which writes the [T, n] scores out (measured, one
+  thread, 4 heads of 80 / 64: 19.8 ms against 4.6 ms padded at T = 768, 8.4 against 2.7 at
+  512). Only where the fused kernel is enabled: the cost model prices the ideal kernel, and
+  its counts are checked under the math backend, which runs the values unpadded.
 Decode step at context n (the weight-absorbed form, W_UK folded into the query and W_UV into
   the output; `step_reference` keeps the plain form):
   q matmuls and kv_a as above on one token; absorb: per head q_C [dn] x W_UK [dn, dc];
@@ -96,11 +102,15 @@ class MLA(nn.Module):
         B, H, n = c.shape[0], self.n_heads, c.shape[1]
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, n, self.dr)], dim=-1)
-        T = x.shape[1]
+        T, pad = x.shape[1], self.dn + self.dr - self.dv
+        # one head size for SDPA's fused kernel, where it may run (the flag is not CUDA's alone)
+        pad = pad if torch.backends.cuda.flash_sdp_enabled() else 0
+        v = F.pad(v, (0, pad)) if pad > 0 else v
         if mask is None:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(T > 1), scale=self.scale)
         else:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        o = o[..., : self.dv] if pad > 0 else o
         return self.o_proj(o.transpose(1, 2).reshape(B, T, H * self.dv))
 
     def _mask(self, T: int, n: int, device) -> torch.Tensor | None:
