@@ -102,15 +102,17 @@ class MLA(nn.Module):
         B, H, n = c.shape[0], self.n_heads, c.shape[1]
         q = torch.cat([q_nope, q_rope], dim=-1)
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, n, self.dr)], dim=-1)
-        T, pad = x.shape[1], self.dn + self.dr - self.dv
+        T = x.shape[1]
         # one head size for SDPA's fused kernel, where it may run (the flag is not CUDA's alone)
-        pad = pad if torch.backends.cuda.flash_sdp_enabled() else 0
-        v = F.pad(v, (0, pad)) if pad > 0 else v
+        pad = self.dn + self.dr - self.dv if torch.backends.cuda.flash_sdp_enabled() else 0
+        if pad > 0:
+            v = F.pad(v, (0, pad))
         if mask is None:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(T > 1), scale=self.scale)
         else:
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
-        o = o[..., : self.dv] if pad > 0 else o
+        if pad > 0:
+            o = o[..., : self.dv]
         return self.o_proj(o.transpose(1, 2).reshape(B, T, H * self.dv))
 
     def _mask(self, T: int, n: int, device) -> torch.Tensor | None:
