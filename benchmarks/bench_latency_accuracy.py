@@ -35,17 +35,17 @@ predicted, per phase, is that drift; the share of them whose start and end timin
 within +-10% is printed beside it (the same reading of the machine as `retest`, over the
 whole run).
 
-How the machine changes during the run (`sentinels`): a VM's share of a shared last-level
-cache changes with its neighbours, and the models whose working set lies in that range slow
-down by 20-50% while small ones do not (measured on this project's Xeon VM: the glue models
-of 59-180 MiB ran at 1.0 x their prediction before a run and 1.1-1.5 x after it, those below
-16 MiB at 0.9-1.1 x both times). Three glue models (decode working sets nearest 16, 64 and 160
-MiB) are timed again, one build each, right before every held-out architecture, and their
-measured / predicted is kept per row and its range printed: on a quiet machine it stays near
-1. It is a monitor, not a correction: scaling each prediction by the sentinels at that moment
-(interpolated at the architecture's working set, a median over three neighbouring rows) gave
-88% / 58% within +-10% (TTFT / decode) where the raw figures were 85% / 56% in one run, and 71%
-/ 56% against 83% / 69% in the next: one build of a sentinel is as noisy as the change it would
+How the machine changes during the run (`sentinels`): a VM's share of a shared last-level cache
+changes with its neighbours, and the models whose working set lies in that range slow down by
+20-50% while small ones do not (measured on this project's Xeon VM: the glue models of 59-180
+MiB ran at 1.0 x their prediction before a run and 1.1-1.5 x after it, those below 16 MiB at
+0.9-1.1 x both times). Three glue models (decode working sets nearest 16, 64 and 160 MiB) are
+timed again, one build each, before every held-out architecture of the first pass, and their
+measured / predicted is kept per row and its range printed: on a quiet machine it stays near 1.
+It is a monitor, not a correction: scaling each prediction by the sentinels at that moment
+(interpolated at the architecture's working set, a median over three neighbouring rows) gave 88%
+/ 58% within +-10% (TTFT / decode) where the raw figures were 85% / 56% in one run, and 71% /
+56% against 83% / 69% in the next: one build of a sentinel is as noisy as the change it would
 remove.
 
     archsearch calibrate threads=1 && python benchmarks/bench_latency_accuracy.py --threads 1
