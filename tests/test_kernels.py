@@ -464,6 +464,39 @@ def test_every_model_calibration_times_builds():
     assert params == [int(count_params(columns(a))["params"][0]) for a in archs]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    cold_calls=st.integers(1, 20),
+    steady_s=st.floats(1e-4, 0.02),
+    slowdown=st.floats(1.2, 3.0),
+    repeats=st.integers(1, 6),
+)
+def test_a_warm_up_times_the_steady_call_not_the_cold_ones(cold_calls, steady_s, slowdown, repeats):
+    """A call that runs `slowdown` x slower for its first `cold_calls` calls (as a decode step
+    right after its prefill does, `WARMUP_S`), on a simulated clock: after `WARMUP_S` of
+    warm-up the timing is the steady call; without it, and with fewer samples than cold calls,
+    it is a cold one."""
+    from archsearch.cost import kernel_timing
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def call():
+        cold = clock["calls"] < cold_calls
+        clock["calls"] += 1
+        clock["now"] += steady_s * (slowdown if cold else 1.0)
+
+    def timed(**warm) -> float:
+        clock["calls"] = 0
+        return kernel_timing.seconds_per_call(call, repeats, 0.0, **warm)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_timing.time, "perf_counter", lambda: clock["now"])
+        if cold_calls * steady_s * slowdown <= kernel_timing.WARMUP_S:
+            assert timed(warmup=kernel_timing.WARMUP_S) == pytest.approx(steady_s)
+        if repeats < cold_calls:
+            assert timed() == pytest.approx(steady_s * slowdown)
+
+
 @pytest.mark.parametrize("width", range(len(GRIDS["mamba2.forward"]["d"])))
 def test_the_mixer_grids_reach_mamba2s_own_head_count_at_every_width(width):
     """Mamba2 sets d / 32 heads by default (head size 64 at expand 2). With heads only up to 16,

@@ -14,11 +14,14 @@ heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-8, GEMMs up t
 2048 x 3072 x 16384 (at most MAX_GEMM_FLOPS).
 
 Whole models (`time_model`) are timed as the least over `instances` fresh builds of the least
-of repeats: on a shared VM, one build's memory placement can make every call of it 10-40%
-slower than another build's of the same weights (measured on this project's machine: five
-builds of a GLA model decoded in 1.9-3.4 ms); the least of repeats removes the noise of a
-call, the least of builds that of a placement, and the kernels are timed the same way (the
-least of repeats), so the two agree on what they measure: the undisturbed time.
+of repeats, each after `WARMUP_S` of calls. A decode step right after its prefill runs up to
+2x slower for its first 10-15 calls, as its weights settle into the shared cache (a
+matrix-vector product over a 64-128 MiB weight, too, reached its steady time only after 3-8
+calls). Measured on this project's VM, six builds each of three models agreed within 3-5%
+once warm, where the least of their first five calls varied by up to 28%. The warm-up removes
+the transient, the least of repeats the noise of a call, the least of builds what is left of
+a build's memory placement. The kernels are timed the same way (the least of repeats of calls
+looped for `min_time`), so the two agree on what they measure: the undisturbed steady time.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "MAX_GEMM_FLOPS",
     "MAX_TOKENS",
     "MEMORY_SIZES",
+    "WARMUP_S",
     "Shape",
     "affordable",
     "dispatch_seconds",
@@ -214,16 +218,30 @@ def shape_rows(shape: Shape) -> tuple[np.ndarray, Columns | None, Phase | None]:
 # ---- timing -------------------------------------------------------------------------------------
 
 
+WARMUP_S = 0.25
+"""Seconds a whole model's prefill or decode step is called before it is timed. Measured on
+this project's 2-vCPU Xeon VM, a decode step right after the prefill of its context ran
+1.3-2x slower than its steady time and reached it only after 10-15 calls (60-100 ms):
+rwkv6-2x768 at 1536 tokens fell from 9.3 ms to 4.8 ms, gqa-3x896 at batch 8 from 29 to
+19.5 ms (within 2-3% of the later calls by 0.2 s). A deployed model decodes hundreds of
+tokens in a row, so the steady time is the one to predict; five calls after one warm-up
+call, as before, measured the transient, and varied by +-10-30% from build to build."""
+
+
 def seconds_per_call(
     fn: Callable[[], Any],
     repeats: int,
     min_time: float,
     reduce: Callable[[list[float]], float] = min,
+    warmup: float = 0.0,
 ) -> float:
     """Seconds per call: `reduce` of `repeats` samples, each looping until `min_time` (by
     default the least, the undisturbed time, as `timeit` advises; others' work only adds to a
-    sample)."""
+    sample), after calls for `warmup` seconds (at least one call)."""
+    t0 = time.perf_counter()
     fn()
+    while time.perf_counter() - t0 < warmup:
+        fn()
     samples = []
     for _ in range(repeats):
         n, t0 = 0, time.perf_counter()
@@ -347,7 +365,7 @@ def memory_seconds(nbytes: int, repeats: int, min_time: float) -> float:
 
     weight = torch.randn(max(1, int(nbytes) // 4096), 1024)
     x = torch.randn(1024)
-    return seconds_per_call(lambda: torch.mv(weight, x), repeats, min_time)
+    return seconds_per_call(lambda: torch.mv(weight, x), repeats, min_time, warmup=WARMUP_S)
 
 
 def time_model(
@@ -404,9 +422,11 @@ def time_model_once(
     torch.manual_seed(0)
     model = build_model(arch).eval()
     idx = torch.randint(0, arch.vocab_size, (batch, prompt))
-    ttft = seconds_per_call(prepare(runtime, Prefill(model), (idx,)), repeats, min_time)
+    prefill = prepare(runtime, Prefill(model), (idx,))
+    ttft = seconds_per_call(prefill, repeats, min_time, warmup=WARMUP_S)
     with torch.inference_mode():
         _, state = model.prefill(torch.randint(0, arch.vocab_size, (batch, context)))
     token = torch.randint(0, arch.vocab_size, (batch,))
-    decode = seconds_per_call(prepare(runtime, Step(model, state), (token,)), repeats, min_time)
+    step = prepare(runtime, Step(model, state), (token,))
+    decode = seconds_per_call(step, repeats, min_time, warmup=WARMUP_S)
     return ttft, decode

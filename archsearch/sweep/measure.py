@@ -1,15 +1,13 @@
 """Hardware in the loop: time the real model's prefill and decode as a Ray task.
 
 With `latency.mode=measured`, each candidate's latency objective comes from timing the real
-PyTorch model (median of repeats) in a Ray task; with `latency.resource=NAME` the task runs only
-on nodes that advertise the custom resource NAME (e.g. a Raspberry Pi joined with
-`ray start --address=... --resources='{"rpi5": 1}'`).
+PyTorch model (the least of repeats after a warm-up) in a Ray task; with
+`latency.resource=NAME` the task runs only on nodes that advertise the custom resource NAME
+(e.g. a Raspberry Pi joined with `ray start --address=... --resources='{"rpi5": 1}'`).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
 
 from archsearch.metrics import METRICS
@@ -19,40 +17,22 @@ from archsearch.space import SearchSpace
 def measure_latency(
     arch_dict: dict[str, Any], settings: dict[str, int], repeats: int = 5, threads: int = 1
 ) -> dict[str, Any]:
-    """Median wall times of the real model: prefill of `prompt` tokens (ttft_ms), one decode
-    step at `context` tokens (decode_ms), and prompt + `generate` tokens (e2e_ms)."""
+    """Wall times of the real model, timed as calibration and the latency benchmark time them
+    (`kernel_timing.time_model_once`: the least of `repeats` calls after a warm-up): prefill of
+    `prompt` tokens (ttft_ms), one decode step at `context` tokens (decode_ms), and prompt +
+    `generate` tokens (e2e_ms)."""
     import torch
 
     from archsearch.arch import ArchConfig
-    from archsearch.models import build_model
+    from archsearch.cost.kernel_timing import time_model_once
 
     torch.set_num_threads(threads)
     arch = ArchConfig.from_dict(arch_dict)
-    model = build_model(arch).eval()
-    gen = torch.Generator().manual_seed(0)
-    vocab = arch.vocab_size
-
-    def tokens(n: int) -> torch.Tensor:
-        return torch.randint(0, vocab, (1, n), generator=gen)
-
-    out: dict[str, Any] = {}
-    with torch.inference_mode():
-        times = []
-        for _ in range(repeats):
-            idx = tokens(settings["prompt"])
-            t0 = time.perf_counter()
-            model.prefill(idx)
-            times.append(time.perf_counter() - t0)
-        out["ttft_ms"] = 1e3 * statistics.median(times)
-        _, state = model.prefill(tokens(settings["context"]))
-        tok = tokens(1)[:, 0]
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            _, state = model.step(tok, state)
-            times.append(time.perf_counter() - t0)
-        out["decode_ms"] = 1e3 * statistics.median(times)
-        out["e2e_ms"] = out["ttft_ms"] + settings["generate"] * out["decode_ms"]
+    ttft, decode = time_model_once(
+        arch, "torch", settings["prompt"], settings["context"], repeats, 0.0, batch=1
+    )
+    out: dict[str, Any] = {"ttft_ms": 1e3 * ttft, "decode_ms": 1e3 * decode}
+    out["e2e_ms"] = out["ttft_ms"] + settings["generate"] * out["decode_ms"]
     try:
         import ray
 
