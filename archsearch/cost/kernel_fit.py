@@ -1,7 +1,7 @@
 """Fitting the kernel-level latency predictor on this machine (part of `archsearch calibrate`).
 
 1. The dispatch overhead per operator (`kernel_timing.dispatch_seconds`).
-2. The machine's memory stalls (`fit_memory`): a matrix-vector product over weights of 1-256
+2. The machine's memory stalls (`fit_memory`): a matrix-vector product over weights of 1/8-256
    MiB, called again and again, runs from the cache while its weight fits and from memory
    beyond; per cache level it outgrows (up to two, `kernels.Cache`), the extra seconds per byte
    that misses and the two capacities between which the share that misses goes from 0 to 1
@@ -605,7 +605,7 @@ def fit_kernels(
     sizes = timing.MEMORY_SIZES[:8] if quick else timing.MEMORY_SIZES
     memory_s = [timing.memory_seconds(n, reps, plan["min_time"]) for n in sizes]
     memory = fit_memory(sizes, memory_s)
-    note("memory stalls: a matrix-vector product over 1-256 MiB")
+    note("memory stalls: a matrix-vector product over 1/8-256 MiB")
 
     def measure(shape: timing.Shape) -> float | None:
         try:

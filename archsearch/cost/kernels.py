@@ -195,7 +195,7 @@ class Cache:
     """A level of the memory hierarchy a working set can outgrow: each byte that misses it costs
     `byte_s` more than one that hits; the share that misses is 0 below `lo` bytes, 1 above
     `hi`, log-linear between. The capacities are measured (`archsearch calibrate` times a
-    matrix-vector product over weights of 1-256 MiB: the effective capacity is the VM's share
+    matrix-vector product over weights of 1/8-256 MiB: the effective capacity is the VM's share
     of a shared cache, so it is measured, not read)."""
 
     byte_s: float
