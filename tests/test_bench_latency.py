@@ -1,5 +1,6 @@
-"""The latency benchmark's sentinels (benchmarks/bench_latency_accuracy.py): the glue models it
-times again before every held-out architecture to watch the machine's cache share."""
+"""The latency benchmark (benchmarks/bench_latency_accuracy.py): its sentinels (the glue models
+it times again before every held-out architecture to watch the machine's cache share), its
+retest of the two passes, and its reading at the machine's drift."""
 
 from __future__ import annotations
 
@@ -45,3 +46,17 @@ def test_retest_compares_the_two_passes_of_the_builds():
     assert abs(split["retest_mape_percent"] - 100 * (1 - 10 / 12)) < 1e-9
     halves = bench.summary([{k: v for k, v in row.items() if k != "first_pass_builds"}], "ttft")
     assert halves["retest_within_10"] == 1.0
+
+
+def test_at_drift_scales_the_predictions_by_the_machines_change_of_speed():
+    """Predictions 12% above measurements on a machine now 10% faster than at calibration
+    (drift 0.9): none within +-10% as measured, all within it at the drift (0.8% off)."""
+    rows = [
+        {"family": f, "decode_ms": m, "decode_pred_ms": 1.12 * m, "decode_builds_ms": [m]}
+        for f, m in (("gla", 2.0), ("gqa", 5.0), ("mla", 9.0))
+    ]
+    s = bench.summary(rows, "decode", drift=0.9)
+    assert s["within_10"] == 0.0
+    assert s["at_drift"]["within_10"] == 1.0
+    assert abs(s["at_drift"]["mape_percent"] - 100 * abs(1.12 * 0.9 - 1)) < 1e-9
+    assert "at_drift" not in bench.summary(rows, "decode")

@@ -20,8 +20,10 @@ matrix-vector product over a 64-128 MiB weight, too, reached its steady time onl
 calls). Measured on this project's VM, six builds each of three models agreed within 3-5%
 once warm, where the least of their first five calls varied by up to 28%. The warm-up removes
 the transient, the least of repeats the noise of a call, the least of builds what is left of
-a build's memory placement. The kernels are timed the same way (the least of repeats of calls
-looped for `min_time`), so the two agree on what they measure: the undisturbed steady time.
+a build's memory placement. A kernel is called again and again within its own samples
+(calls looped for `min_time`, the least of repeats), which take it to its steady time, so the
+two agree on what they measure: the undisturbed steady time (not checked: GEMMs whose weight
+alone is 64-128 MiB, where the probe needed 3-8 calls, may be timed before it).
 """
 
 from __future__ import annotations
