@@ -7,7 +7,8 @@
    that misses and the two capacities between which the share that misses goes from 0 to 1
    are fitted to its times. Measured on a 2-vCPU EPYC VM (32 MiB of L3 shared with other
    tenants), quiet: 73-76 GB/s up to 14 MiB, 20 GB/s from 32 MiB (one level); on a 2-vCPU Xeon
-   VM: 54-58 GB/s within the 2 MiB L2, 28-30 GB/s to about 96 MiB, 15-16 GB/s beyond (two).
+   VM: 50-56 GB/s within the 2 MiB L2, 28-30 GB/s to 96 MiB, 16 GB/s at 256 MiB (two; timed
+   warm, `kernel_timing.WARMUP_S`).
 3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
    al., MobiSys 2021): time half the budget at random points of the kernel's grid and fit;
    then, in rounds, time fresh random points, record the fitted predictor's error on them (an
