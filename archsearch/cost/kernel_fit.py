@@ -82,6 +82,7 @@ VALIDATION_PROMPT, VALIDATION_CONTEXT = 192, 384
 SHARED_SCALES = tuple(float(s) for s in np.geomspace(0.35, 1.4, 13))
 APART = 2.0  # the least ratio between two cache levels' capacities
 NOISE = 0.01  # the memory probe's RMS relative miss below which no cache level is added
+COARSE_STEP, FINE_STEP = 1.32, 1.097  # `fit_memory`'s capacity grids: 32% and 9.7% apart
 
 
 def _arch(d: int, depth: int, vocab: int, **sections) -> ArchConfig:
@@ -456,7 +457,8 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
 
     Each level's two capacities by grid search over the sizes' range, `APART` x away from the
     other levels' (the caches of a hierarchy differ in size by 4x and more): every combination
-    on a coarse grid, then each level refined on a fine one with the others held; t0, r and
+    on a coarse grid (`COARSE_STEP`), then each level refined on a fine one (`FINE_STEP`, as the
+    grids of 21 and 61 points over 1-256 MiB were) with the others held; t0, r and
     the byte_s >= 0 by non-negative least squares on relative errors. Of the fits with 0, 1,
     ... `max_levels` levels, more levels are taken while the fit with fewer misses by more
     than `NOISE` (RMS) and the one with more halves that miss. Two probes on this project's
@@ -465,7 +467,9 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
     sizes = np.asarray(sizes, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
 
-    def spans(points: int) -> list[tuple[float, float]]:
+    def spans(step: float) -> list[tuple[float, float]]:
+        """Every (lo, hi) on a log grid over the sizes' range, `step` x apart."""
+        points = 1 + math.ceil(math.log(sizes.max() / sizes.min()) / math.log(step))
         grid = np.geomspace(sizes.min(), sizes.max(), points)
         return [(float(lo), float(hi)) for lo in grid for hi in grid[grid > lo]]
 
@@ -478,7 +482,7 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
     def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:
         return APART * a[1] <= b[0] or a[0] >= APART * b[1]
 
-    coarse, fine = spans(21), spans(61)
+    coarse, fine = spans(COARSE_STEP), spans(FINE_STEP)
     fits: list[list[tuple[float, float]]] = [[]]  # the best fit with 0, 1, ... levels
     for n in range(1, max_levels + 1):
         sets = (c for c in itertools.combinations(coarse, n) if all(map(apart, c[:-1], c[1:])))
