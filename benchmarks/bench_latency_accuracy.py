@@ -4,7 +4,8 @@ on architectures calibration never saw.
 Over 48 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
 compression, the eight linear families, MCSD, a hybrid, MoE), the real PyTorch models are timed
 here (`archsearch.cost.kernel_timing.time_model_once`, `--instances` fresh builds of each, the
-least of repeats per build, the least over builds, at a fixed thread count, through
+least of repeats per build after `WARMUP_S` of warm-up calls, the least over builds, at a fixed
+thread count, through
 `archsearch.runtimes.prepare`): the prefill of a prompt (time to first token) and one
 decode step after a context, at one of four settings each. None of these models, and none of
 their (width, depth, vocabulary, prompt, context, batch) combinations, is timed by
