@@ -358,6 +358,15 @@ def test_calibrate_writes_a_loadable_profile(tmp_path):
         str(k) for k in range(1, total + 1)
     ]
     assert all("ETA" in s for s in steps[:-1]) and steps[-1].endswith("done")
+    # a step is one kernel's pass or one whole model, so that the pace so far gives the ETA
+    from archsearch.cost.kernel_fit import QUICK_KERNELS
+
+    passes = [s for s in steps if "kernels: pass " in s]
+    assert len(passes) % len(QUICK_KERNELS) == 0 and len(passes) > len(QUICK_KERNELS)
+    assert [s.split(", ")[1].split(" (")[0] for s in passes[: len(QUICK_KERNELS)]] == list(
+        QUICK_KERNELS
+    )
+    assert sum("whole model" in s for s in steps) == 4  # quick: two glue, two held-out
     dev = load_device(str(out))
     assert dev.name == "local" and dev.prefill_logits == "all"
     assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8

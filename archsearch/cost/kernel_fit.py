@@ -237,9 +237,14 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
 
 
 def kernel_steps(quick: bool, samples: int = 128) -> int:
-    """Progress steps `fit_kernels` reports: dispatch, memory, each kernel pass, glue, held-out."""
+    """Progress steps `fit_kernels` reports: dispatch, memory, each kernel's every pass, each
+    whole model timed, the model-level fit. Steps of about a second or two each (a pass of one
+    kernel, one whole model), so that a progress line's ETA, the pace so far times the steps
+    left, holds (with one step per pass of every kernel it said 24 s left with 3 min to go)."""
     plan = _plan(quick, samples)
-    return max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"]) + 4
+    passes = max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"])
+    models = len(glue_models()[: plan["glue"]]) + len(validation_models()[: plan["validation"]])
+    return 2 + passes * len(plan["kernels"]) + models + 1
 
 
 def _budget(kernel: str, samples: int) -> int:
@@ -625,8 +630,8 @@ def fit_kernels(
     for i in range(passes):  # interleaved: a pass of every kernel, then the next
         for fit in fits.values():
             fit.step()
-        timed_now = sum(len(f.y) for f in fits.values())
-        note(f"kernels: pass {i + 1} of {passes} ({timed_now} shapes timed)")
+            timed_now = sum(len(f.y) for f in fits.values())
+            note(f"kernels: pass {i + 1} of {passes}, {fit.kernel} ({timed_now} shapes timed)")
     skipped = []
     for kernel, fit in fits.items():
         coef, ens, n, fresh = fit.result()
@@ -641,18 +646,21 @@ def fit_kernels(
             fresh_error={**kernels.fresh_error, kernel: 0.0 if math.isnan(fresh) else fresh},
         )
 
-    def timed(models: list[WholeModel]) -> tuple[list[WholeModel], list[tuple[float, float]]]:
+    def timed(
+        models: list[WholeModel], what: str
+    ) -> tuple[list[WholeModel], list[tuple[float, float]]]:
         """(the models that run in the runtime, their timings)."""
         ran, times = [], []
-        for m in models:
+        for i, m in enumerate(models):
             try:
                 times.append(m.timed(runtime, reps, plan["min_time"]))
+                ran.append(m)
             except ExportError:
-                continue
-            ran.append(m)
+                pass
+            note(f"{what}: whole model {i + 1} of {len(models)} ({m.arch.summary()})")
         return ran, times
 
-    glue_archs, glue_meas = timed(glue_models()[: plan["glue"]])
+    glue_archs, glue_meas = timed(glue_models()[: plan["glue"]], "model-level terms")
     glue_pred = [m.predicted(_with(device, kernels)) for m in glue_archs]
     working = [m.working_sets() for m in glue_archs]
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
@@ -662,13 +670,12 @@ def fit_kernels(
         glue = {phase: memory for phase in PHASES}
     kernels = dataclasses.replace(kernels, glue=glue)
     if skipped:
-        note(f"model-level overhead; {', '.join(skipped)}: not run in {runtime}, analytic kept")
+        note(f"model-level terms fitted; {', '.join(skipped)}: not run in {runtime}, analytic kept")
     else:
-        note("model-level overhead")
-    held_out, val_meas = timed(validation_models()[: plan["validation"]])
+        note("model-level terms fitted")
+    held_out, val_meas = timed(validation_models()[: plan["validation"]], "held-out models")
     fitted = _with(device, kernels)
     val_pred = [m.predicted(fitted) for m in held_out]
-    note("held-out models")
     return {
         "kernels": kernels.to_dict(),
         "validation": _validation(val_meas, val_pred) if held_out else {},
