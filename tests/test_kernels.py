@@ -24,7 +24,13 @@ from archsearch.cost.counts import params as count_params
 from archsearch.cost.counts import state_elements
 from archsearch.cost.devices import load_device
 from archsearch.cost.ffn import experts_touched
-from archsearch.cost.kernel_fit import fit_kernel, fit_memory
+from archsearch.cost.kernel_fit import (
+    SHARED_SCALES,
+    _fit_glue,
+    _shared_capacity,
+    fit_kernel,
+    fit_memory,
+)
 from archsearch.cost.kernel_latency import (
     gemm_seconds,
     gemm_work,
@@ -260,6 +266,61 @@ def test_memory_stalls_grow_with_the_working_set(lo, ratio, sizes):
     stalls, missing = glue.stalls(sizes), glue.missing(sizes)
     assert np.all(np.diff(stalls) >= 0) and np.all((missing >= 0) & (missing <= 1))
     assert np.all(missing[sizes <= lo] == 0) and np.all(missing[sizes >= lo * ratio] == 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(SHARED_SCALES),
+    st.floats(0.5, 2.0),
+    st.floats(0.0, 2e-4),
+    st.floats(0.0, 1e-4),
+    st.floats(0.0, 2e-5),
+)
+def test_the_model_level_fit_recovers_a_per_layer_cost_of_missing_the_cache(
+    scale, w, layer_miss_s, model_s, layer_s
+):
+    """Whole models of 2-12 layers and 2-192 MiB timed as their kernels + a known per-model,
+    per-layer, per-missed-byte and per-layer-that-misses cost are fitted back: the model's
+    share of the cache, and each term (the per-layer miss within 2% of the largest). A prefill
+    has no per-layer miss."""
+    step = Glue(model_s, layer_s, _shared_capacity(MEMORY, scale).scaled(w), layer_miss_s)
+    truth = {"forward": dataclasses.replace(step, layer_miss_s=0.0), "step": step}
+    assert tuple(truth) == PHASES
+    layers = np.repeat([2, 4, 8, 12], 24).astype(float)
+    working = np.tile(np.geomspace(2, 192, 24), 4) * MIB
+    kernels = 1e-3 + 2e-11 * working + 5e-5 * layers
+    measured = {
+        p: kernels + g.overhead(layers) + g.stalls(working, layers) for p, g in truth.items()
+    }
+    fitted = _fit_glue(
+        list(zip(*measured.values())),
+        list(zip(kernels, kernels)),
+        layers,
+        list(zip(working, working)),
+        MEMORY,
+    )
+    for phase, true in truth.items():
+        got = fitted[phase]
+        np.testing.assert_allclose(
+            got.overhead(layers) + got.stalls(working, layers) + kernels, measured[phase], rtol=1e-3
+        )
+        assert got.caches[0].lo == pytest.approx(true.caches[0].lo, rel=1e-6)
+        assert got.layer_miss_s == pytest.approx(true.layer_miss_s, abs=0.02 * 2e-4)
+        assert got.caches[0].byte_s == pytest.approx(true.caches[0].byte_s, rel=0.02)
+    assert fitted["forward"].layer_miss_s == 0.0
+
+
+def test_a_profile_without_the_per_layer_miss_reads_with_none():
+    """Profiles calibrated before `layer_miss_s` keep their prices; with it, a deep model
+    beyond the cache pays it per layer, one in the cache does not."""
+    kernels = synthetic_kernels().to_dict()
+    del kernels["glue"]["step"]["layer_miss_s"]
+    assert parse_kernels(kernels, source="test").glue["step"].layer_miss_s == 0.0
+    kernels["glue"]["step"]["layer_miss_s"] = 1e-4
+    glue = parse_kernels(kernels, source="test").glue["step"]
+    big = glue.caches[-1]
+    assert glue.stalls(big.hi, 12) == pytest.approx(glue.stalls(big.hi, 0) + 12 * 1e-4)
+    assert glue.stalls(big.lo / 2, 12) == glue.stalls(big.lo / 2, 0)
 
 
 @settings(max_examples=30, deadline=None)

@@ -6,7 +6,7 @@
    beyond; per cache level it outgrows (up to two, `kernels.Cache`), the extra seconds per byte
    that misses and the two capacities between which the share that misses goes from 0 to 1
    are fitted to its times. Measured on a 2-vCPU EPYC VM (32 MiB of L3 shared with other
-   tenants), quiet: 73-76 GB/s up to 14 MiB, 20 GB/s from 32 MiB (one level); on a 2-vCPU Xeon
+   tenants), quiet: 83-88 GB/s up to 14 MiB, 21-23 GB/s from 48 MiB (one level); on a 2-vCPU Xeon
    VM: 50-56 GB/s within the 2 MiB L2, 28-30 GB/s to 96 MiB, 16 GB/s at 256 MiB (two; timed
    warm, `kernel_timing.WARMUP_S`).
 3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
@@ -21,9 +21,12 @@
    ratio of measured to roofline time (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
 4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 3-300 MB of weights)
    are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
-   working set: weights and decode state) + a + b x layers per phase, a, b, w >= 0 (Python and
+   working set: weights and decode state) + a + b x layers (+ u x layers x the share of the
+   working set that misses the largest cache, for the decode step) per phase, a, b, w, u >= 0
+   (Python and
    bookkeeping per model and per layer; how much more a missed byte costs in a model than in
-   the probe) by non-negative least squares on relative errors, with the capacity of the
+   the probe; what a layer costs beyond its bytes when it misses: `Glue`) by non-negative
+   least squares on relative errors, with the capacity of the
    largest cache as a model meets it searched on a grid. In a model the other layers
    evict a kernel's weights once the working set outgrows the cache, so every resident byte
    stalls as it would in a kernel that large. The kernels' sum is not
@@ -523,15 +526,17 @@ def _shared_capacity(memory: Glue, scale: float) -> Glue:
 
 
 def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, Glue]:
-    """measured = predicted + a + b x layers + w x memory's stalls of the working set, per
-    phase (see the module docstring): a, b, w >= 0 by non-negative least squares on relative
-    errors, and the capacity of the largest cache as a model meets it (`SHARED_SCALES` x the
-    probe's, the one of least residual). w is how much a byte that misses costs in a model
-    against the probe's one long stream (shipped `local` profile: about 1.1 for a decode step,
-    0.6 for a prefill, whose weights are read once for many tokens). A model holds less of a
-    shared cache than the probe's one weight streamed again and again: on this project's Xeon
-    VM, with the probe's capacity, decode steps of 80-160 MiB of weights were predicted 10-30%
-    fast; fitted, a model's capacity came out at 0.6-0.7 x the probe's."""
+    """measured = predicted + a + b x layers + w x memory's stalls of the working set (+ u x
+    layers x the share of it that misses the largest cache, for the decode step), per phase
+    (see the module docstring and `Glue`): a, b, w, u >= 0 by non-negative least squares on
+    relative errors, and the capacity of the largest cache as a model meets it
+    (`SHARED_SCALES` x the probe's, the one of least residual). w is how much a byte that
+    misses costs in a model against the probe's one long stream (about 1.1 for a decode step,
+    0.6 for a prefill, whose weights are read once for many tokens, on the EPYC VM's earlier
+    profiles). A model holds less of a shared cache than the probe's one weight streamed again
+    and again: on this project's Xeon VM, with the probe's capacity, decode steps of 80-160 MiB
+    of weights were predicted 10-30% fast; fitted, a model's capacity came out at 0.6-0.7 x the
+    probe's."""
     layers = np.array(layers, dtype=np.float64)
     glue = {}
     for i, phase in enumerate(PHASES):
@@ -541,10 +546,15 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
         best: tuple[float, Glue] | None = None
         for scale in SHARED_SCALES if memory.caches else (1.0,):
             mem = _shared_capacity(memory, scale)
-            A = np.column_stack([np.ones_like(meas), layers, mem.stalls(nbytes)]) / meas[:, None]
-            (a, b, w), residual = _nnls(A, 1.0 - pred / meas)
+            # the per-layer miss in decode steps only (`Glue`): fitted to prefills as well, it
+            # took the place of their per-byte stall, and TTFT within +-10% fell in four of six
+            # refits (two calibrations' timings, three benchmarks; EPYC VM) and rose in none
+            per_layer = mem.caches and phase == "step"
+            missing = mem.caches[-1].missing(nbytes) if per_layer else np.zeros_like(meas)
+            A = np.column_stack([np.ones_like(meas), layers, mem.stalls(nbytes), layers * missing])
+            (a, b, w, u), residual = _nnls(A / meas[:, None], 1.0 - pred / meas)
             if best is None or residual < best[0]:
-                best = (residual, Glue(float(a), float(b), mem.scaled(float(w))))
+                best = (residual, Glue(float(a), float(b), mem.scaled(float(w)), float(u)))
         assert best is not None
         glue[phase] = best[1]
     return glue

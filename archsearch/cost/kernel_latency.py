@@ -211,7 +211,7 @@ def _group_seconds(
     out.append((Op("lm_head", category="lm head"), lm_head))
     glue = kernels.glue[p.kind]
     out.append((Op("glue", category="norms+residual"), glue.overhead(c.L) + np.zeros(c.n)))
-    stalls = glue.stalls(working_set(c, p))
+    stalls = glue.stalls(working_set(c, p), c.L)
     out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out
 

@@ -233,21 +233,35 @@ class Glue:
     `byte_s` the probe's cost per missed byte scaled by a factor fitted to whole models. A
     kernel's learned time excludes the stalls it met alone (`stalls` of its own resident
     bytes, subtracted from its timings before its fit); a model adds those of its whole
-    working set."""
+    working set.
+
+    Beyond its bytes, a layer of a decode step whose model misses the largest cache costs
+    `layer_miss_s` x the share that misses (fitted for the step only: `kernel_fit._fit_glue`).
+    On this project's EPYC VM (32 MiB of L3) decode steps of deep, narrow models whose working
+    sets straddle the cache (17-40 MiB, 5-12 layers) ran 14-29% slower than their kernels and
+    per-byte stalls, while 2-4 layer models of the same size did not; fitted, 27-120 us a
+    layer in four calibrations. What it is is not measured; a layer's many small tensors (norm
+    weights, biases, its decode state), missed one at a time at DRAM latency rather than
+    streamed, would cost so."""
 
     model_s: float
     layer_s: float
     caches: tuple[Cache, ...] = ()
+    layer_miss_s: float = 0.0
 
     def overhead(self, layers) -> np.ndarray:
         """Seconds per model and per layer."""
         return self.model_s + self.layer_s * np.asarray(layers, dtype=np.float64)
 
-    def stalls(self, nbytes) -> np.ndarray:
-        """Seconds of memory stalls of a working set of `nbytes` read once per call."""
+    def stalls(self, nbytes, layers=0) -> np.ndarray:
+        """Seconds of memory stalls of a working set of `nbytes` read once per call by a model
+        of `layers` layers."""
         out = np.zeros(np.shape(nbytes))
         for cache in self.caches:
             out = out + cache.stalls(nbytes)
+        if self.caches and self.layer_miss_s:
+            missing = self.caches[-1].missing(nbytes)
+            out = out + self.layer_miss_s * np.asarray(layers, dtype=np.float64) * missing
         return out
 
     def scaled(self, w: float) -> tuple[Cache, ...]:
@@ -259,10 +273,11 @@ class Glue:
             "model_s": float(f"{self.model_s:.4g}"),
             "layer_s": float(f"{self.layer_s:.4g}"),
             "caches": [c.to_dict() for c in self.caches],
+            "layer_miss_s": float(f"{self.layer_miss_s:.4g}"),
         }
 
 
-GLUE_KEYS = ("model_s", "layer_s", "caches")
+GLUE_KEYS = ("model_s", "layer_s", "caches", "layer_miss_s")
 NO_GLUE = Glue(0.0, 0.0)
 
 
@@ -393,14 +408,20 @@ _ONE_CACHE = {"model_s", "layer_s", *CACHE_KEYS}  # an earlier calibrate's form:
 
 
 def _glue(entry: Any, fail, sub: str) -> Glue:
-    """A phase's `glue`: {model_s, layer_s, caches: [{byte_s, cache_lo, cache_hi}, ...]}, or
-    the one-level form of earlier profiles, {model_s, layer_s, byte_s, cache_lo, cache_hi}."""
+    """A phase's `glue`: {model_s, layer_s, caches: [{byte_s, cache_lo, cache_hi}, ...],
+    layer_miss_s}; earlier profiles' forms read with no per-layer miss: without
+    `layer_miss_s`, and the one-level {model_s, layer_s, byte_s, cache_lo, cache_hi}."""
     if isinstance(entry, dict) and "scale" in entry:
         raise fail(f"{_EARLIER}: re-run `archsearch calibrate`", f"{sub}.scale")
     keys = set(map(str, entry)) if isinstance(entry, dict) else set()
-    if keys not in (set(GLUE_KEYS), _ONE_CACHE):
+    if keys not in (set(GLUE_KEYS), set(GLUE_KEYS) - {"layer_miss_s"}, _ONE_CACHE):
         raise fail(f"expected {{{', '.join(GLUE_KEYS)}}}, got {entry!r}"[:160], sub)
     model_s, layer_s = (_seconds(entry[k], fail, f"{sub}.{k}") for k in ("model_s", "layer_s"))
+    layer_miss_s = (
+        _seconds(entry["layer_miss_s"], fail, f"{sub}.layer_miss_s")
+        if "layer_miss_s" in keys
+        else 0.0
+    )
     levels = [entry] if keys == _ONE_CACHE else entry["caches"]
     if not isinstance(levels, list):
         raise fail(f"expected a list of {{{', '.join(CACHE_KEYS)}}}, got {levels!r}"[:160], sub)
@@ -412,7 +433,7 @@ def _glue(entry: Any, fail, sub: str) -> Glue:
         ):
             raise fail(f"expected {{{', '.join(CACHE_KEYS)}}}, got {level!r}"[:160], at)
         caches.append(Cache(*(_seconds(level[k], fail, f"{at}.{k}") for k in CACHE_KEYS)))
-    return Glue(model_s, layer_s, tuple(caches))
+    return Glue(model_s, layer_s, tuple(caches), layer_miss_s)
 
 
 def _seconds(v: Any, fail, sub: str) -> float:
