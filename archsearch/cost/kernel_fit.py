@@ -23,14 +23,13 @@
    are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
    working set: weights and decode state) + a + b x layers (+ u x layers x the share of the
    working set that misses the largest cache, for the decode step) per phase, a, b, w, u >= 0
-   (Python and
-   bookkeeping per model and per layer; how much more a missed byte costs in a model than in
-   the probe; what a layer costs beyond its bytes when it misses: `Glue`) by non-negative
-   least squares on relative errors, with the capacity of the
-   largest cache as a model meets it searched on a grid. In a model the other layers
-   evict a kernel's weights once the working set outgrows the cache, so every resident byte
-   stalls as it would in a kernel that large. The kernels' sum is not
-   scaled: each kernel is timed as the models run it.
+   (Python and bookkeeping per model and per layer; how much more a missed byte costs in a
+   model than in the probe; what a layer costs beyond its bytes when it misses: `Glue`) by
+   non-negative least squares on relative errors, with the capacity of the largest cache as a
+   model meets it searched on a grid. In a model the other layers evict a kernel's weights
+   once the working set outgrows the cache, so every resident byte stalls as it would in a
+   kernel that large. The kernels' sum is not scaled: each kernel is timed as the models run
+   it.
 5. A held-out check: other whole models (`validation_models`, other families, widths, depths,
    vocabularies, prompt and context lengths than anything fitted above) are timed and
    predicted; their errors are the profile's `validation` figures.
