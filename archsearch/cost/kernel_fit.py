@@ -548,8 +548,7 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
             # the per-layer miss in decode steps only (`Glue`): fitted to prefills as well, it
             # took the place of their per-byte stall, and TTFT within +-10% fell in four of six
             # refits (two calibrations' timings, three benchmarks; EPYC VM) and rose in none
-            per_layer = mem.caches and phase == "step"
-            missing = mem.caches[-1].missing(nbytes) if per_layer else np.zeros_like(meas)
+            missing = mem.missing(nbytes) if phase == "step" else np.zeros_like(meas)
             A = np.column_stack([np.ones_like(meas), layers, mem.stalls(nbytes), layers * missing])
             (a, b, w, u), residual = _nnls(A / meas[:, None], 1.0 - pred / meas)
             if best is None or residual < best[0]:

@@ -259,10 +259,17 @@ class Glue:
         out = np.zeros(np.shape(nbytes))
         for cache in self.caches:
             out = out + cache.stalls(nbytes)
-        if self.caches and self.layer_miss_s:
-            missing = self.caches[-1].missing(nbytes)
-            out = out + self.layer_miss_s * np.asarray(layers, dtype=np.float64) * missing
+        if self.layer_miss_s:
+            layers = np.asarray(layers, dtype=np.float64)
+            out = out + self.layer_miss_s * layers * self.missing(nbytes)
         return out
+
+    def missing(self, nbytes) -> np.ndarray:
+        """The share of a working set of `nbytes` that misses the largest cache (0 with none):
+        what `layer_miss_s` is paid on."""
+        if not self.caches:
+            return np.zeros(np.shape(nbytes))
+        return self.caches[-1].missing(nbytes)
 
     def scaled(self, w: float) -> tuple[Cache, ...]:
         """The caches with every missed byte costing `w` times as much."""
