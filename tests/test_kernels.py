@@ -397,6 +397,11 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
             "expected a list",
         ),
         (
+            lambda k: k["glue"]["step"].update(layer_miss_s=-1e-05),
+            "kernels.glue.step.layer_miss_s",
+            "-1e-05",
+        ),
+        (
             lambda k: k["predictors"]["gemm"]["base"].update(byte_s=-1.0),
             "kernels.predictors.gemm.base.byte_s",
             "-1.0",
