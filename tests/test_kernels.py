@@ -25,6 +25,7 @@ from archsearch.cost.counts import state_elements
 from archsearch.cost.devices import load_device
 from archsearch.cost.ffn import experts_touched
 from archsearch.cost.kernel_fit import (
+    OVERLAPS,
     SHARED_SCALES,
     _fit_glue,
     _shared_capacity,
@@ -35,6 +36,7 @@ from archsearch.cost.kernel_latency import (
     gemm_seconds,
     gemm_work,
     kernel_seconds,
+    weight_gemms,
     working_set,
 )
 from archsearch.cost.kernel_timing import GRIDS, MEMORY_SIZES, Shape, shape_rows
@@ -314,13 +316,115 @@ def test_a_profile_without_the_per_layer_miss_reads_with_none():
     """Profiles calibrated before `layer_miss_s` keep their prices; with it, a deep model
     beyond the cache pays it per layer, one in the cache does not."""
     kernels = synthetic_kernels().to_dict()
-    del kernels["glue"]["step"]["layer_miss_s"]
+    for later in ("layer_miss_s", "overlap"):  # a profile from before either term
+        del kernels["glue"]["step"][later]
     assert parse_kernels(kernels, source="test").glue["step"].layer_miss_s == 0.0
     kernels["glue"]["step"]["layer_miss_s"] = 1e-4
     glue = parse_kernels(kernels, source="test").glue["step"]
     big = glue.caches[-1]
     assert glue.stalls(big.hi, 12) == pytest.approx(glue.stalls(big.hi, 0) + 12 * 1e-4)
     assert glue.stalls(big.lo / 2, 12) == glue.stalls(big.lo / 2, 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(SHARED_SCALES),
+    st.sampled_from(OVERLAPS),
+    st.floats(0.5, 2.0),
+    st.integers(0, 2**16),
+)
+def test_the_model_level_fit_recovers_how_much_of_the_stalls_compute_hides(scale, overlap, w, seed):
+    """Decode steps of 2-192 MiB at batch 1-8 whose weight GEMMs hide a known share of their
+    stalls are fitted back: the overlap, the per-missed-byte cost (within 2%) and the totals.
+    The hidden stalls depend on the per-byte cost, so the fit has to refit that cost with
+    them; a prefill keeps no overlap."""
+    rng = np.random.default_rng(seed)
+    step = Glue(3e-5, 4e-6, _shared_capacity(MEMORY, scale).scaled(w), 2e-5, overlap)
+    truth = {"forward": dataclasses.replace(step, layer_miss_s=0.0, overlap=0.0), "step": step}
+    n = 72
+    layers = rng.choice([2.0, 4.0, 8.0], n)
+    working = np.geomspace(2, 192, n) * MIB
+    batch = rng.choice([1, 2, 4, 8], n)
+    kernels = 1e-3 + 2e-11 * working * batch**0.5 + 5e-5 * layers
+    # three weight GEMMs a model (40%, 30% and 20% of its working set), their compute beyond
+    # one row growing with the batch: from nothing to about the stalls of a large model
+    gemms = [
+        (
+            (b - 1) * rng.uniform(0.5, 2.0) * 1e-12 * ws * np.array([4.0, 3.0, 2.0]),
+            ws * np.array([0.4, 0.3, 0.2]),
+        )
+        for b, ws in zip(batch, working)
+    ]
+    hidden = np.array([step.hidden(ws, *g) for ws, g in zip(working, gemms)])
+    assert overlap == 0 or hidden.max() > 0.05 * step.stalls(working).max()
+    measured = {
+        p: kernels + g.overhead(layers) + g.stalls(working, layers) - (hidden if g.overlap else 0)
+        for p, g in truth.items()
+    }
+    fitted = _fit_glue(
+        list(zip(*measured.values())),
+        list(zip(kernels, kernels)),
+        layers,
+        list(zip(working, working)),
+        MEMORY,
+        gemms,
+    )
+    got = fitted["step"]
+    assert got.overlap == pytest.approx(overlap)
+    assert got.caches[0].byte_s == pytest.approx(step.caches[0].byte_s, rel=0.02)
+    refit = np.array([got.hidden(ws, *g) for ws, g in zip(working, gemms)])
+    total = kernels + got.overhead(layers) + got.stalls(working, layers) - refit
+    np.testing.assert_allclose(total, measured["step"], rtol=1e-3)
+    assert fitted["forward"].overlap == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(2**20, 2**29),
+    st.lists(st.tuples(st.floats(0.0, 1e-2), st.floats(0.0, 1.0)), min_size=1, max_size=8),
+    st.floats(0.0, 1.0),
+)
+def test_compute_hides_at_most_the_stalls_of_each_gemms_own_weights(nbytes, gemms, overlap):
+    """What weight GEMMs hide is never negative, never more than `overlap` x the byte stalls
+    of their weights, nothing with no extra compute, and grows with the overlap."""
+    glue = Glue(0.0, 0.0, (Cache(1e-11, 2e6, 4e6), Cache(2e-11, 1.6e7, 1.3e8)), 0.0, overlap)
+    extra = np.array([e for e, _ in gemms])
+    weights = nbytes * np.array([f for _, f in gemms]) / len(gemms)
+    hidden = float(glue.hidden(nbytes, extra, weights))
+    byte_stalls = float(sum(c.stalls(nbytes) for c in glue.caches))
+    assert 0.0 <= hidden <= overlap * byte_stalls * weights.sum() / nbytes * (1 + 1e-9)
+    assert hidden <= overlap * extra.sum() * (1 + 1e-9)
+    assert glue.hidden(nbytes, 0 * extra, weights) == 0.0
+    more = dataclasses.replace(glue, overlap=min(1.0, overlap + 0.25))
+    assert float(more.hidden(nbytes, extra, weights)) >= hidden
+
+
+def test_a_batched_decode_step_hides_stalls_behind_its_gemms_and_a_single_one_does_not():
+    """With `overlap`, a decode step beyond the cache on 8 sequences takes less than its
+    kernels and stalls, by at most its weight GEMMs' extra compute; on one sequence its GEMMs
+    have no extra compute and its price is unchanged; a profile without `overlap` reads
+    with none (earlier profiles keep their prices)."""
+    wide = ArchConfig(
+        vocab_size=4096, d_model=1024, n_layers=4, attention=AttentionConfig(n_heads=8)
+    )
+    kernels = synthetic_kernels().to_dict()
+    del kernels["glue"]["step"]["overlap"]
+    earlier = parse_kernels(kernels, source="test")
+    assert earlier.glue["step"].overlap == 0.0
+    kernels["glue"]["step"]["overlap"] = 1.0
+    base = dataclasses.replace(load_device("nvidia_a10"), kernels=earlier)
+    hiding = dataclasses.replace(base, kernels=parse_kernels(kernels, source="test"))
+    c = columns(wide)
+    for batch in (1, 8):
+        p = Phase("step", T=1, n0=256, B=batch)
+        assert working_set(c, p)[0] > base.kernels.glue["step"].caches[-1].hi
+        plain, hid = (sum(t for _, t in kernel_seconds(c, p, d))[0] for d in (base, hiding))
+        extra, nbytes = weight_gemms(c, p, base)
+        assert extra.shape == nbytes.shape and extra.shape[1] == 1
+        if batch == 1:
+            assert np.all(extra == 0) and hid == pytest.approx(plain, rel=1e-12)
+        else:
+            assert plain - extra.sum() - 1e-12 <= hid < plain
 
 
 @settings(max_examples=30, deadline=None)
@@ -400,6 +504,11 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
             lambda k: k["glue"]["step"].update(layer_miss_s=-1e-05),
             "kernels.glue.step.layer_miss_s",
             "-1e-05",
+        ),
+        (
+            lambda k: k["glue"]["step"].update(overlap=1.5),
+            "kernels.glue.step.overlap",
+            "a share from 0 to 1, got 1.5",
         ),
         (
             lambda k: k["predictors"]["gemm"]["base"].update(byte_s=-1.0),

@@ -59,7 +59,14 @@ from archsearch.arch import (
 from archsearch.cost import kernel_timing as timing
 from archsearch.cost import trees
 from archsearch.cost.devices import DeviceProfile
-from archsearch.cost.kernel_latency import FP32, gemm_work, resident, work, working_set
+from archsearch.cost.kernel_latency import (
+    FP32,
+    gemm_work,
+    resident,
+    weight_gemms,
+    work,
+    working_set,
+)
 from archsearch.cost.kernels import KERNELS, NO_GLUE, PHASES, Cache, Glue, Kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.runtimes import ExportError
@@ -84,6 +91,8 @@ VALIDATION_PROMPT, VALIDATION_CONTEXT = 192, 384
 SHARED_SCALES = tuple(float(s) for s in np.geomspace(0.35, 1.4, 13))
 APART = 2.0  # the least ratio between two cache levels' capacities
 NOISE = 0.01  # the memory probe's RMS relative miss below which no cache level is added
+OVERLAPS = tuple(float(s) for s in np.linspace(0.0, 1.0, 11))  # `Glue.overlap`'s grid
+REFITS = 8  # fits of w with the GEMMs' bounds at the last one's (`_fit_glue`)
 COARSE_STEP, FINE_STEP = 1.32, 1.097  # `fit_memory`'s capacity grids: 32% and 9.7% apart
 
 
@@ -122,6 +131,14 @@ class WholeModel(NamedTuple):
             float(working_set(c, Phase("step", T=1, n0=self.context, B=self.batch))[0]),
         )
 
+    def step_gemms(self, device: DeviceProfile) -> tuple[np.ndarray, np.ndarray]:
+        """(extra seconds, weight bytes) of the decode step's weight GEMMs on `device`
+        (`kernel_latency.weight_gemms`), one entry per GEMM."""
+        c = Columns.from_archs([self.arch])
+        p = Phase("step", T=1, n0=self.context, B=self.batch)
+        extra, nbytes = weight_gemms(c, p, device)
+        return extra[:, 0], nbytes[:, 0]
+
     def predicted(self, device: DeviceProfile) -> tuple[float, float]:
         """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""
         from archsearch.cost import model
@@ -136,8 +153,8 @@ class WholeModel(NamedTuple):
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
     ones at one setting, eight whose working sets (59-180 MiB) fill the range where a shared
-    cache runs out, at other prompts, contexts and batches, two small ones at batch 8 and four
-    deep and narrow ones (none of the benchmark's held-out widths and depths;
+    cache runs out, at other prompts, contexts and batches, two small ones and two wide ones
+    at batch 8, and four deep and narrow ones (none of the benchmark's held-out widths and depths;
     `benchmarks/bench_latency_accuracy.py`)."""
     v, big = 2048, 4096
     gqa = dict(attention=AttentionConfig(n_heads=10, n_kv_heads=2))
@@ -190,6 +207,11 @@ def glue_models() -> list[WholeModel]:
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
         WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
+        # wide and beyond the cache at batch 8: their GEMMs' compute hides stalls (`overlap`)
+        WholeModel(
+            _arch(832, 3, big, attention=AttentionConfig(n_heads=13, n_kv_heads=1)), 64, 256, 8
+        ),
+        WholeModel(_arch(640, 2, big, **_linear("gla")), 64, 256, 8),
         *deep,
     ]
 
@@ -524,24 +546,29 @@ def _shared_capacity(memory: Glue, scale: float) -> Glue:
     return dataclasses.replace(memory, caches=(*private, shared))
 
 
-def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, Glue]:
+def _fit_glue(measured, predicted, layers, working, memory: Glue, gemms=None) -> dict[str, Glue]:
     """measured = predicted + a + b x layers + w x memory's stalls of the working set (+ u x
-    layers x the share of it that misses the largest cache, for the decode step), per phase
-    (see the module docstring and `Glue`): a, b, w, u >= 0 by non-negative least squares on
-    relative errors, and the capacity of the largest cache as a model meets it
-    (`SHARED_SCALES` x the probe's, the one of least residual). w is how much a byte that
-    misses costs in a model against the probe's one long stream (about 1.1 for a decode step,
-    0.6 for a prefill, whose weights are read once for many tokens, on the EPYC VM's earlier
-    profiles). A model holds less of a shared cache than the probe's one weight streamed again
-    and again: on this project's Xeon VM, with the probe's capacity, decode steps of 80-160 MiB
-    of weights were predicted 10-30% fast; fitted, a model's capacity came out at 0.6-0.7 x the
-    probe's."""
+    layers x the share of it that misses the largest cache, less what the weight GEMMs hide at
+    `overlap`, for the decode step), per phase (see the module docstring and `Glue`): a, b, w,
+    u >= 0 by non-negative least squares on relative errors; the capacity of the largest cache
+    as a model meets it (`SHARED_SCALES` x the probe's) and the overlap (`OVERLAPS`) are the
+    ones of least residual. w is how much a byte that misses costs in a model against the
+    probe's one long stream (about 1.1 for a decode step, 0.6 for a prefill, whose weights are
+    read once for many tokens, on the EPYC VM's earlier profiles). A model holds less of a
+    shared cache than the probe's one weight streamed again and again: on this project's Xeon
+    VM, with the probe's capacity, decode steps of 80-160 MiB of weights were predicted 10-30%
+    fast; fitted, a model's capacity came out at 0.6-0.7 x the probe's.
+
+    `gemms`: per model, the (extra seconds, weight bytes) of its decode step's weight GEMMs
+    (`kernel_latency.weight_gemms`); what they hide depends on w, so the fit is repeated with
+    each GEMM's bound (its compute or its stalls) at the last fit's w, `REFITS` times."""
     layers = np.array(layers, dtype=np.float64)
     glue = {}
     for i, phase in enumerate(PHASES):
         meas = np.array([m[i] for m in measured])
         pred = np.array([p[i] for p in predicted])
         nbytes = np.array([w[i] for w in working], dtype=np.float64)
+        overlaps = OVERLAPS if phase == "step" and gemms is not None else (0.0,)
         best: tuple[float, Glue] | None = None
         for scale in SHARED_SCALES if memory.caches else (1.0,):
             mem = _shared_capacity(memory, scale)
@@ -550,12 +577,41 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue) -> dict[str, G
             # refits (two calibrations' timings, three benchmarks; EPYC VM) and rose in none
             missing = mem.missing(nbytes) if phase == "step" else np.zeros_like(meas)
             A = np.column_stack([np.ones_like(meas), layers, mem.stalls(nbytes), layers * missing])
-            (a, b, w, u), residual = _nnls(A / meas[:, None], 1.0 - pred / meas)
-            if best is None or residual < best[0]:
-                best = (residual, Glue(float(a), float(b), mem.scaled(float(w)), float(u)))
+            for overlap in overlaps:
+                w = 1.0
+                for _ in range(REFITS if overlap else 1):
+                    fixed, per_w = _hidden_terms(mem, nbytes, gemms, w, overlap)
+                    Aw = A.copy()
+                    Aw[:, 2] -= per_w
+                    (a, b, w, u), _ = _nnls(Aw / meas[:, None], 1.0 - (pred - fixed) / meas)
+                fit = Glue(float(a), float(b), mem.scaled(float(w)), float(u), overlap)
+                hidden = (
+                    np.array([fit.hidden(n, *g) for n, g in zip(nbytes, gemms)])
+                    if overlap
+                    else np.zeros_like(meas)
+                )
+                total = pred + fit.overhead(layers) + fit.stalls(nbytes, layers) - hidden
+                residual = float(np.linalg.norm(total / meas - 1.0))
+                if best is None or residual < best[0]:
+                    best = (residual, fit)
         assert best is not None
         glue[phase] = best[1]
     return glue
+
+
+def _hidden_terms(mem: Glue, nbytes, gemms, w: float, overlap: float):
+    """What the models' weight GEMMs hide (`Glue.hidden`) at per-byte scale w, as (seconds
+    that do not depend on w, seconds per unit of w), each GEMM hiding its extra compute or its
+    weights' stalls, whichever is less at w: linear in w near w, so w is refitted with it."""
+    fixed, per_w = np.zeros(len(nbytes)), np.zeros(len(nbytes))
+    if not overlap:
+        return fixed, per_w
+    for i, (n, (extra, weights)) in enumerate(zip(nbytes, gemms)):
+        share = weights * sum(c.stalls(n) for c in mem.caches) / max(n, 1.0)  # at w = 1
+        stalled = w * share < extra
+        fixed[i] = overlap * extra[~stalled].sum()
+        per_w[i] = overlap * share[stalled].sum()
+    return fixed, per_w
 
 
 def _setting(m: WholeModel) -> dict[str, Any]:
@@ -673,7 +729,8 @@ def fit_kernels(
     working = [m.working_sets() for m in glue_archs]
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
         layers = [m.arch.n_layers for m in glue_archs]
-        glue = _fit_glue(glue_meas, glue_pred, layers, working, memory)
+        gemms = [m.step_gemms(_with(device, kernels)) for m in glue_archs]
+        glue = _fit_glue(glue_meas, glue_pred, layers, working, memory, gemms)
     else:
         glue = {phase: memory for phase in PHASES}
     kernels = dataclasses.replace(kernels, glue=glue)

@@ -46,6 +46,7 @@ __all__ = [
     "kernel_time",
     "module_kernel",
     "resident",
+    "weight_gemms",
     "work",
 ]
 
@@ -211,9 +212,41 @@ def _group_seconds(
     out.append((Op("lm_head", category="lm head"), lm_head))
     glue = kernels.glue[p.kind]
     out.append((Op("glue", category="norms+residual"), glue.overhead(c.L) + np.zeros(c.n)))
-    stalls = glue.stalls(working_set(c, p), c.L)
+    nbytes = working_set(c, p)
+    stalls = glue.stalls(nbytes, c.L)
+    if glue.overlap:
+        stalls = stalls - glue.hidden(nbytes, *weight_gemms(c, p, device, lm_head_tokens))
     out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out
+
+
+def weight_gemms(
+    c: Columns, p: Phase, device: DeviceProfile, lm_head_tokens: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(extra seconds, fp32 weight bytes) of each GEMM with weights of a phase on B sequences,
+    [GEMMs, rows], multiplicity included: its predicted `gemm` time at the phase's rows less at
+    those of one sequence, which can hide its weights' stalls (`kernels.Glue.hidden`)."""
+    kernels = device.kernels
+    assert kernels is not None
+    one = Phase(p.kind, p.T, p.n0, 1.0, p.causal)
+    extra, nbytes = [], []
+    for _, count, fn in block_modules(c):
+        if not np.any(count):
+            continue
+        for op, op1 in zip(fn(c, p), fn(c, one)):
+            k = np.asarray(op.k, dtype=np.float64)
+            if op.kind != "matmul" or not np.any(k > 0) or not np.any(op.weights):
+                continue
+            seconds = [analytic_seconds([o], device, kernels, c.n) for o in (op, op1)]
+            extra.append(count * (seconds[0] - seconds[1]))
+            nbytes.append(count * FP32 * np.asarray(op.weights, dtype=np.float64))
+    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
+    extra.append(
+        gemm_seconds(device, kernels, rows, c.d, c.V)
+        - gemm_seconds(device, kernels, rows / p.B, c.d, c.V)
+    )
+    nbytes.append(FP32 * c.d * c.V)
+    return np.maximum(np.array(extra), 0.0), np.array(nbytes) + np.zeros(c.n)
 
 
 def working_set(c: Columns, p: Phase) -> np.ndarray:
