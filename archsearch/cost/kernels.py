@@ -202,18 +202,6 @@ class Cache:
     lo: float
     hi: float
 
-    def hidden(self, nbytes, extra, weight_bytes) -> np.ndarray:
-        """Seconds of the stalls of a working set of `nbytes` that its weight GEMMs hide behind
-        their compute: `overlap` x the sum over GEMMs of min(its share of the byte stalls, by
-        its weights' bytes, its `extra` seconds at B rows beyond one row). `extra` and
-        `weight_bytes` are [GEMMs, rows]."""
-        nbytes = np.asarray(nbytes, dtype=np.float64)
-        if not self.overlap or not self.caches:
-            return np.zeros(np.shape(nbytes))
-        per_byte = sum(c.stalls(nbytes) for c in self.caches) / np.maximum(nbytes, 1.0)
-        share = np.asarray(weight_bytes, dtype=np.float64) * per_byte
-        return self.overlap * np.minimum(np.asarray(extra, dtype=np.float64), share).sum(axis=0)
-
     def missing(self, nbytes) -> np.ndarray:
         """The share of a working set of `nbytes` that misses this cache."""
         nbytes = np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0)
