@@ -270,6 +270,19 @@ def test_memory_stalls_grow_with_the_working_set(lo, ratio, sizes):
     assert np.all(missing[sizes <= lo] == 0) and np.all(missing[sizes >= lo * ratio] == 1)
 
 
+def fit_both_phases(measured, kernels, layers, working, gemms=None) -> dict[str, Glue]:
+    """`_fit_glue` of models timed at `measured` (phase -> seconds), whose kernels sum to
+    `kernels` and whose working sets are `working` in both phases, on the probe `MEMORY`."""
+    return _fit_glue(
+        list(zip(*measured.values())),
+        list(zip(kernels, kernels)),
+        layers,
+        list(zip(working, working)),
+        MEMORY,
+        gemms,
+    )
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     st.sampled_from(SHARED_SCALES),
@@ -294,13 +307,7 @@ def test_the_model_level_fit_recovers_a_per_layer_cost_of_missing_the_cache(
     measured = {
         p: kernels + g.overhead(layers) + g.stalls(working, layers) for p, g in truth.items()
     }
-    fitted = _fit_glue(
-        list(zip(*measured.values())),
-        list(zip(kernels, kernels)),
-        layers,
-        list(zip(working, working)),
-        MEMORY,
-    )
+    fitted = fit_both_phases(measured, kernels, layers, working)
     for phase, true in truth.items():
         got = fitted[phase]
         np.testing.assert_allclose(
@@ -361,14 +368,7 @@ def test_the_model_level_fit_recovers_how_much_of_the_stalls_compute_hides(scale
         p: kernels + g.overhead(layers) + g.stalls(working, layers) - (hidden if g.overlap else 0)
         for p, g in truth.items()
     }
-    fitted = _fit_glue(
-        list(zip(*measured.values())),
-        list(zip(kernels, kernels)),
-        layers,
-        list(zip(working, working)),
-        MEMORY,
-        gemms,
-    )
+    fitted = fit_both_phases(measured, kernels, layers, working, gemms)
     got = fitted["step"]
     assert got.overlap == pytest.approx(overlap)
     assert got.caches[0].byte_s == pytest.approx(step.caches[0].byte_s, rel=0.02)
