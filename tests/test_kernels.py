@@ -427,6 +427,31 @@ def test_a_batched_decode_step_hides_stalls_behind_its_gemms_and_a_single_one_do
             assert plain - extra.sum() - 1e-12 <= hid < plain
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("phase", ["ttft", "decode"])
+def test_a_table_of_candidates_prices_as_each_candidate_alone(phase, batch):
+    """A kernel profile prices a table of several widths and depths (one group: the LM head's
+    rows are one number for every candidate) row for row as it prices each alone, in both
+    phases, at batch 1 and 8, with the batched step's overlap."""
+    kernels = synthetic_kernels().to_dict()
+    kernels["glue"]["step"]["overlap"] = 0.5
+    dev = dataclasses.replace(
+        load_device("nvidia_a10"), kernels=parse_kernels(kernels, source="test")
+    )
+    archs = [
+        ArchConfig(vocab_size=4096, d_model=d, n_layers=n, attention=AttentionConfig(n_heads=4))
+        for d, n in ((256, 2), (512, 3), (1024, 4))
+    ]
+
+    def price(c: Columns) -> np.ndarray:
+        if phase == "ttft":
+            return model.ttft_s(c, dev, 128, "fp32", batch)
+        return model.decode_s(c, dev, 512, "fp32", batch)
+
+    alone = [float(price(Columns.from_archs([a]))[0]) for a in archs]
+    np.testing.assert_allclose(price(Columns.from_archs(archs)), alone, rtol=1e-12)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(2, 16), st.integers(1, 4), st.integers(1, 64))
 def test_experts_touched_is_the_expected_count_under_uniform_routing(experts, k, tokens):

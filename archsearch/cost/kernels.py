@@ -184,7 +184,9 @@ def features(kernel: str, c: Columns, p: Phase) -> np.ndarray:
 
 
 def gemm_features(m, k, n) -> np.ndarray:
-    return np.column_stack([_log2(m), _log2(k), _log2(n)])
+    """[rows, 3] log2 (m, k, n), a scalar broadcast over the others (an LM head's m is the
+    phase's token count for every candidate of a table)."""
+    return np.column_stack(np.broadcast_arrays(_log2(m), _log2(k), _log2(n)))
 
 
 # ---- the fitted form ----------------------------------------------------------------------------
