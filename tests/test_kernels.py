@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sklearn.ensemble import GradientBoostingRegressor
 
@@ -340,6 +340,7 @@ def test_a_profile_without_the_per_layer_miss_reads_with_none():
     st.floats(0.5, 2.0),
     st.integers(0, 2**16),
 )
+@example(scale=0.35, overlap=0.1, w=1.0, seed=2266)  # hides under 5% of the largest stalls
 def test_the_model_level_fit_recovers_how_much_of_the_stalls_compute_hides(scale, overlap, w, seed):
     """Decode steps of 2-192 MiB at batch 1-8 whose weight GEMMs hide a known share of their
     stalls are fitted back: the overlap, the per-missed-byte cost (within 2%) and the totals.
@@ -363,7 +364,7 @@ def test_the_model_level_fit_recovers_how_much_of_the_stalls_compute_hides(scale
         for b, ws in zip(batch, working)
     ]
     hidden = np.array([step.hidden(ws, *g) for ws, g in zip(working, gemms)])
-    assert overlap == 0 or hidden.max() > 0.05 * step.stalls(working).max()
+    assert overlap == 0 or hidden.max() > 0.05 * overlap * step.stalls(working).max()
     measured = {
         p: kernels + g.overhead(layers) + g.stalls(working, layers) - (hidden if g.overlap else 0)
         for p, g in truth.items()
