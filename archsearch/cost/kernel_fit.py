@@ -607,7 +607,7 @@ def _hidden_terms(mem: Glue, nbytes, gemms, w: float, overlap: float):
     if not overlap:
         return fixed, per_w
     for i, (n, (extra, weights)) in enumerate(zip(nbytes, gemms)):
-        share = weights * sum(c.stalls(n) for c in mem.caches) / max(n, 1.0)  # at w = 1
+        share = mem.shares(n, weights)  # at w = 1
         stalled = w * share < extra
         fixed[i] = overlap * extra[~stalled].sum()
         per_w[i] = overlap * share[stalled].sum()

@@ -214,7 +214,7 @@ def _group_seconds(
     out.append((Op("glue", category="norms+residual"), glue.overhead(c.L) + np.zeros(c.n)))
     nbytes = working_set(c, p)
     stalls = glue.stalls(nbytes, c.L)
-    if glue.overlap:
+    if glue.overlap and p.B > 1:  # on one sequence no GEMM has rows beyond one to hide behind
         stalls = stalls - glue.hidden(nbytes, *weight_gemms(c, p, device, lm_head_tokens))
     out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out

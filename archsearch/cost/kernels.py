@@ -266,12 +266,18 @@ class Glue:
         """Seconds per model and per layer."""
         return self.model_s + self.layer_s * np.asarray(layers, dtype=np.float64)
 
-    def stalls(self, nbytes, layers=0) -> np.ndarray:
-        """Seconds of memory stalls of a working set of `nbytes` read once per call by a model
-        of `layers` layers."""
+    def byte_stalls(self, nbytes) -> np.ndarray:
+        """Seconds of the stalls of the bytes of a working set of `nbytes` that miss, summed
+        over the cache levels (without the per-layer miss)."""
         out = np.zeros(np.shape(nbytes))
         for cache in self.caches:
             out = out + cache.stalls(nbytes)
+        return out
+
+    def stalls(self, nbytes, layers=0) -> np.ndarray:
+        """Seconds of memory stalls of a working set of `nbytes` read once per call by a model
+        of `layers` layers."""
+        out = self.byte_stalls(nbytes)
         if self.layer_miss_s:
             layers = np.asarray(layers, dtype=np.float64)
             out = out + self.layer_miss_s * layers * self.missing(nbytes)
@@ -282,12 +288,17 @@ class Glue:
         their compute: `overlap` x the sum over GEMMs of min(its share of the byte stalls, by
         its weights' bytes, its `extra` seconds at B rows beyond one row). `extra` and
         `weight_bytes` are [GEMMs, rows]."""
-        nbytes = np.asarray(nbytes, dtype=np.float64)
         if not self.overlap or not self.caches:
             return np.zeros(np.shape(nbytes))
-        per_byte = sum(c.stalls(nbytes) for c in self.caches) / np.maximum(nbytes, 1.0)
-        share = np.asarray(weight_bytes, dtype=np.float64) * per_byte
+        share = self.shares(nbytes, weight_bytes)
         return self.overlap * np.minimum(np.asarray(extra, dtype=np.float64), share).sum(axis=0)
+
+    def shares(self, nbytes, weight_bytes) -> np.ndarray:
+        """Each weight GEMM's share of the byte stalls of a working set of `nbytes`, by its
+        weights' bytes (`weight_bytes`: [GEMMs, rows])."""
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        per_byte = self.byte_stalls(nbytes) / np.maximum(nbytes, 1.0)
+        return np.asarray(weight_bytes, dtype=np.float64) * per_byte
 
     def missing(self, nbytes) -> np.ndarray:
         """The share of a working set of `nbytes` that misses the largest cache (0 with none):
