@@ -22,12 +22,13 @@ from archsearch.cli import main
 from archsearch.cost import columns, model
 from archsearch.cost.counts import params as count_params
 from archsearch.cost.counts import state_elements
-from archsearch.cost.devices import load_device
+from archsearch.cost.devices import DeviceProfile, load_device
 from archsearch.cost.ffn import experts_touched
 from archsearch.cost.kernel_fit import (
     OVERLAPS,
     SHARED_SCALES,
     _fit_glue,
+    _passes,
     _shared_capacity,
     fit_kernel,
     fit_memory,
@@ -36,11 +37,12 @@ from archsearch.cost.kernel_latency import (
     gemm_seconds,
     gemm_work,
     kernel_seconds,
+    restreamed_bytes,
     weight_gemms,
     working_set,
 )
 from archsearch.cost.kernel_timing import GRIDS, MEMORY_SIZES, Shape, shape_rows
-from archsearch.cost.kernels import KERNELS, PHASES, Cache, Glue, Kernels, parse_kernels
+from archsearch.cost.kernels import KERNELS, PHASES, Cache, Glue, Kernels, Passes, parse_kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
 from archsearch.models import build_model
@@ -57,6 +59,8 @@ MAMBA2 = dict(layers=LayersConfig(mixer="linear"), linear=LinearConfig(family="m
 ATTN = ArchConfig(
     vocab_size=1000, d_model=256, n_layers=3, attention=AttentionConfig(n_heads=4, n_kv_heads=2)
 )
+
+TABLE = Passes((2.0, 3.0, 8.0), (2.0**21, 2.0**24), ((0.1, 0.2, 0.0), (1.0, 1.4, 0.0)))
 
 
 def value():
@@ -96,11 +100,12 @@ def synthetic_kernels() -> Kernels:
     )
 
 
-def test_kernels_round_trip_through_yaml():
-    kernels = synthetic_kernels()
+@pytest.mark.parametrize("passes", [None, TABLE])
+def test_kernels_round_trip_through_yaml(passes):
+    kernels = dataclasses.replace(synthetic_kernels(), passes=passes)
     text = yamlio.dumps({"kernels": kernels.to_dict()})
     back = parse_kernels(yamlio.loads(text)["kernels"], source="mem")
-    assert back.to_dict() == kernels.to_dict()
+    assert back.to_dict() == kernels.to_dict() and back.passes == passes
     X = RNG.uniform(0, 10, (50, len(KERNELS["gqa.step"])))
     got, want = back.correction("gqa.step", X), kernels.correction("gqa.step", X)
     np.testing.assert_allclose(got, want, rtol=1e-5)  # leaf values keep 6 significant digits
@@ -270,9 +275,12 @@ def test_memory_stalls_grow_with_the_working_set(lo, ratio, sizes):
     assert np.all(missing[sizes <= lo] == 0) and np.all(missing[sizes >= lo * ratio] == 1)
 
 
-def fit_both_phases(measured, kernels, layers, working, gemms=None) -> dict[str, Glue]:
+def fit_both_phases(
+    measured, kernels, layers, working, gemms=None, restreamed=None
+) -> dict[str, Glue]:
     """`_fit_glue` of models timed at `measured` (phase -> seconds), whose kernels sum to
-    `kernels` and whose working sets are `working` in both phases, on the probe `MEMORY`."""
+    `kernels` and whose working sets are `working` (and bytes streamed again `restreamed`)
+    in both phases, on the probe `MEMORY`."""
     return _fit_glue(
         list(zip(*measured.values())),
         list(zip(kernels, kernels)),
@@ -280,6 +288,7 @@ def fit_both_phases(measured, kernels, layers, working, gemms=None) -> dict[str,
         list(zip(working, working)),
         MEMORY,
         gemms,
+        None if restreamed is None else list(zip(restreamed, restreamed)),
     )
 
 
@@ -428,6 +437,113 @@ def test_a_batched_decode_step_hides_stalls_behind_its_gemms_and_a_single_one_do
             assert plain - extra.sum() - 1e-12 <= hid < plain
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(SHARED_SCALES), st.floats(0.5, 2.0), st.integers(0, 2**16))
+def test_the_model_level_fit_prices_weights_streamed_again_at_the_per_byte_stall(scale, w, seed):
+    """Models of 2-192 MiB, some of whose GEMMs stream their weights again (`Passes`: up to
+    1.3 x the working set more), are fitted back: the per-missed-byte cost within 2% and the
+    totals, with the bytes streamed again at that same cost."""
+    rng = np.random.default_rng(seed)
+    truth = Glue(3e-5, 4e-6, _shared_capacity(MEMORY, scale).scaled(w), 2e-5)
+    n = 72
+    layers = rng.choice([2.0, 4.0, 8.0], n)
+    working = np.geomspace(2, 192, n) * MIB
+    again = working * rng.choice([0.0, 0.0, 0.3, 1.3], n)
+    kernels = 1e-3 + 2e-11 * working + 5e-5 * layers
+    stalls = truth.stalls(working, layers) + truth.shares(working, again)
+    measured = kernels + truth.overhead(layers) + stalls
+    step = fit_both_phases(
+        {"forward": measured, "step": measured}, kernels, layers, working, restreamed=again
+    )["step"]
+    assert step.caches[0].byte_s == pytest.approx(truth.caches[0].byte_s, rel=0.02)
+    total = kernels + step.overhead(layers) + step.stalls(working, layers)
+    np.testing.assert_allclose(total + step.shares(working, again), measured, rtol=1e-3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.0, 20.0), st.floats(2.0**16, 2.0**30))
+def test_passes_interpolate_their_table_and_make_one_pass_outside_its_rows(rows, nbytes):
+    """At the table's points, its entries; no extra pass on one row or fewer, nor beyond its
+    last row; between two entries, between them; sizes beyond the table's take its ends."""
+    assert TABLE(1.0, nbytes) == 0.0 and TABLE(0.5, nbytes) == 0.0 and TABLE(8.5, nbytes) == 0.0
+    for i, size in enumerate(TABLE.sizes):
+        for j, r in enumerate(TABLE.rows):
+            assert TABLE(r, size) == pytest.approx(TABLE.extra[i][j])
+    got = float(TABLE(rows, nbytes))
+    if rows <= 1.0 or rows > TABLE.rows[-1]:
+        assert got == 0.0
+    held = float(TABLE(rows, min(max(nbytes, TABLE.sizes[0]), TABLE.sizes[-1])))
+    assert got == pytest.approx(held)
+    ends = [float(TABLE(rows, s)) for s in TABLE.sizes]
+    assert min(ends) - 1e-12 <= got <= max(ends) + 1e-12
+    corners = [0.0, *(e for row in TABLE.extra for e in row)]
+    assert 0.0 <= got <= max(corners)
+
+
+def test_passes_are_the_probes_stall_ratios_less_one():
+    """Stalls twice one row's are one extra pass; less than one row's (the GEMM overlapped its
+    stream) none; a weight that met no stall on one row (it stayed in the cache) none."""
+    table = _passes([2 * MIB, 16 * MIB], [2, 3, 8], [[1e-4, 2e-4, 2.5e-4, 5e-5], [0.0, 1e-5, 0, 0]])
+    assert table == Passes((2.0, 3.0, 8.0), (2 * MIB, 16 * MIB), ((1.0, 1.5, 0.0), (0.0,) * 3))
+
+
+def with_passes(kernels: Kernels, extra: float) -> DeviceProfile:
+    """A device with `kernels` whose GEMMs of 2-7 rows make `extra` extra passes."""
+    table = Passes((2.0, 7.0, 8.0), (MIB, 64 * MIB), ((extra, extra, 0.0),) * 2)
+    return dataclasses.replace(
+        load_device("nvidia_a10"), kernels=dataclasses.replace(kernels, passes=table)
+    )
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 8])
+def test_a_step_on_a_few_sequences_streams_its_weights_again(batch):
+    """A dense model beyond the cache: on 2-7 sequences, every weight GEMM (the LM head too)
+    streams its weights `extra` times more, each byte at the step's per-byte stall; on one
+    sequence, and on 8 (past the table), it prices as with no passes."""
+    wide = ArchConfig(
+        vocab_size=4096, d_model=1024, n_layers=4, attention=AttentionConfig(n_heads=8)
+    )
+    kernels = synthetic_kernels()
+    plain, again = (
+        dataclasses.replace(load_device("nvidia_a10"), kernels=kernels),
+        with_passes(kernels, 1.5),
+    )
+    c = columns(wide)
+    p = Phase("step", T=1, n0=256, B=batch)
+    nbytes = working_set(c, p)
+    restreamed = restreamed_bytes(c, p, again.kernels.passes)
+    one_pass = weight_gemms(c, Phase("step", T=1, n0=256, B=2), plain)[1].sum(axis=0)
+    assert one_pass[0] > 4 * 4 * 1024**2  # the GEMMs of four layers and the LM head
+    base, got = (sum(t for _, t in kernel_seconds(c, p, d))[0] for d in (plain, again))
+    if batch in (2, 3):
+        assert restreamed == pytest.approx(1.5 * one_pass)
+        glue = kernels.glue["step"]
+        assert got - base == pytest.approx(float(glue.shares(nbytes, restreamed)[0]), rel=1e-9)
+        assert got > base
+    else:
+        assert restreamed[0] == 0.0 and got == base
+
+
+def test_routed_experts_stream_their_weights_again_on_their_share_of_the_rows():
+    """A batch-8 MoE step: its attention, router and LM head run 8 rows (past the table: one
+    pass), each of the experts its 8 tokens touch runs its share of the 16 routed rows (about
+    2): every expert's weights are streamed again, in each layer."""
+    arch = ArchConfig(
+        vocab_size=700,
+        d_model=256,
+        n_layers=3,
+        attention=AttentionConfig(n_heads=4, n_kv_heads=1),
+        moe=MoEConfig(n_experts=8, top_k=2, d_expert=128),
+    )
+    c = columns(arch)
+    p = Phase("step", T=1, n0=64, B=8)
+    touched = experts_touched(c, 8)[0]
+    assert 2 < 16 / touched < 7
+    expert_bytes = 4 * 3 * 256 * 128  # gated: w_in 256 -> 2 x 128, down 128 -> 256
+    got = restreamed_bytes(c, p, with_passes(synthetic_kernels(), 1.0).kernels.passes)
+    assert got[0] == pytest.approx(3 * touched * expert_bytes)
+
+
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("phase", ["ttft", "decode"])
 def test_a_table_of_candidates_prices_as_each_candidate_alone(phase, batch):
@@ -535,6 +651,21 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
             lambda k: k["glue"]["step"].update(overlap=1.5),
             "kernels.glue.step.overlap",
             "a share from 0 to 1, got 1.5",
+        ),
+        (
+            lambda k: k.update(passes={"rows": [2, 3], "bytes": [2**21], "extra": [[0.5, -1]]}),
+            "kernels.passes.extra[0][1]",
+            "-1",
+        ),
+        (
+            lambda k: k.update(passes={"rows": [3, 2], "bytes": [2**21], "extra": [[0.5, 1]]}),
+            "kernels.passes.rows",
+            "increasing",
+        ),
+        (
+            lambda k: k.update(passes={"rows": [2, 3], "bytes": [2**21], "extra": [[0.5]]}),
+            "kernels.passes.extra[0]",
+            "one number per entry of rows",
         ),
         (
             lambda k: k["predictors"]["gemm"]["base"].update(byte_s=-1.0),

@@ -63,11 +63,12 @@ from archsearch.cost.kernel_latency import (
     FP32,
     gemm_work,
     resident,
+    restreamed_bytes,
     weight_gemms,
     work,
     working_set,
 )
-from archsearch.cost.kernels import KERNELS, NO_GLUE, PHASES, Cache, Glue, Kernels
+from archsearch.cost.kernels import KERNELS, NO_GLUE, PHASES, Cache, Glue, Kernels, Passes
 from archsearch.cost.ops import Columns, Phase
 from archsearch.runtimes import ExportError
 
@@ -138,6 +139,19 @@ class WholeModel(NamedTuple):
         p = Phase("step", T=1, n0=self.context, B=self.batch)
         extra, nbytes = weight_gemms(c, p, device)
         return extra[:, 0], nbytes[:, 0]
+
+    def restreamed(self, passes: Passes | None) -> tuple[float, float]:
+        """The weight bytes the prefill and the decode step stream beyond one pass
+        (`kernel_latency.restreamed_bytes`; 0 without a passes probe)."""
+        if passes is None:
+            return 0.0, 0.0
+        c = Columns.from_archs([self.arch])
+        return (
+            float(restreamed_bytes(c, Phase("forward", T=self.prompt, B=self.batch), passes)[0]),
+            float(
+                restreamed_bytes(c, Phase("step", T=1, n0=self.context, B=self.batch), passes)[0]
+            ),
+        )
 
     def predicted(self, device: DeviceProfile) -> tuple[float, float]:
         """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""
@@ -261,14 +275,15 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
 
 
 def kernel_steps(quick: bool, samples: int = 128) -> int:
-    """Progress steps `fit_kernels` reports: dispatch, memory, each kernel's every pass, each
-    whole model timed, the model-level fit. Steps of about a second or two each (a pass of one
-    kernel, one whole model), so that a progress line's ETA, the pace so far times the steps
-    left, holds (with one step per pass of every kernel it said 24 s left with 3 min to go)."""
+    """Progress steps `fit_kernels` reports: dispatch, memory, GEMM passes, each kernel's every
+    pass, each whole model timed, the model-level fit. Steps of about a second or two each (a
+    pass of one kernel, one whole model), so that a progress line's ETA, the pace so far times
+    the steps left, holds (with one step per pass of every kernel it said 24 s left with 3 min
+    to go)."""
     plan = _plan(quick, samples)
     passes = max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"])
     models = len(glue_models()[: plan["glue"]]) + len(validation_models()[: plan["validation"]])
-    return 2 + passes * len(plan["kernels"]) + models + 1
+    return 3 + passes * len(plan["kernels"]) + models + 1
 
 
 def _budget(kernel: str, samples: int) -> int:
@@ -537,6 +552,17 @@ def _with(device: DeviceProfile, kernels: Kernels) -> DeviceProfile:
     return dataclasses.replace(device, kernels=kernels)
 
 
+def _passes(sizes, rows, stalls: list[list[float]]) -> Passes:
+    """The extra passes of the passes probe's stalls (`kernel_timing.pass_stalls`: per size,
+    one row's then each of `rows`'): stalls / one row's - 1, floored at 0 (less than one
+    row's: the GEMM overlaps its stream, which `Glue.overlap` prices); 0 where one row's
+    weight met no stall (it stayed in the cache)."""
+    extra = []
+    for one, *more in stalls:
+        extra.append(tuple(max(0.0, t / one - 1.0) if one > 0 else 0.0 for t in more))
+    return Passes(tuple(float(r) for r in rows), tuple(float(n) for n in sizes), tuple(extra))
+
+
 def _shared_capacity(memory: Glue, scale: float) -> Glue:
     """`memory` with its largest cache (the VM's share of the shared one) `scale` x as large."""
     if not memory.caches:
@@ -546,7 +572,9 @@ def _shared_capacity(memory: Glue, scale: float) -> Glue:
     return dataclasses.replace(memory, caches=(*private, shared))
 
 
-def _fit_glue(measured, predicted, layers, working, memory: Glue, gemms=None) -> dict[str, Glue]:
+def _fit_glue(
+    measured, predicted, layers, working, memory: Glue, gemms=None, restreamed=None
+) -> dict[str, Glue]:
     """measured = predicted + a + b x layers + w x memory's stalls of the working set (+ u x
     layers x the share of it that misses the largest cache, less what the weight GEMMs hide at
     `overlap`, for the decode step), per phase (see the module docstring and `Glue`): a, b, w,
@@ -561,13 +589,16 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue, gemms=None) ->
 
     `gemms`: per model, the (extra seconds, weight bytes) of its decode step's weight GEMMs
     (`kernel_latency.weight_gemms`); what they hide depends on w, so the fit is repeated with
-    each GEMM's bound (its compute or its stalls) at the last fit's w, `REFITS` times."""
+    each GEMM's bound (its compute or its stalls) at the last fit's w, `REFITS` times.
+    `restreamed`: per model, the (prefill, step) weight bytes streamed beyond one pass
+    (`WholeModel.restreamed`), each at the per-byte stall of its working set."""
     layers = np.array(layers, dtype=np.float64)
     glue = {}
     for i, phase in enumerate(PHASES):
         meas = np.array([m[i] for m in measured])
         pred = np.array([p[i] for p in predicted])
         nbytes = np.array([w[i] for w in working], dtype=np.float64)
+        again = np.array([r[i] for r in restreamed] if restreamed else np.zeros_like(nbytes))
         overlaps = OVERLAPS if phase == "step" and gemms is not None else (0.0,)
         best: tuple[float, Glue] | None = None
         for scale in SHARED_SCALES if memory.caches else (1.0,):
@@ -576,7 +607,8 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue, gemms=None) ->
             # took the place of their per-byte stall, and TTFT within +-10% fell in four of six
             # refits (two calibrations' timings, three benchmarks; EPYC VM) and rose in none
             missing = mem.missing(nbytes) if phase == "step" else np.zeros_like(meas)
-            A = np.column_stack([np.ones_like(meas), layers, mem.stalls(nbytes), layers * missing])
+            stalls = mem.stalls(nbytes) + mem.shares(nbytes, again)
+            A = np.column_stack([np.ones_like(meas), layers, stalls, layers * missing])
             for overlap in overlaps:
                 w = 1.0
                 for _ in range(REFITS if overlap else 1):
@@ -590,7 +622,8 @@ def _fit_glue(measured, predicted, layers, working, memory: Glue, gemms=None) ->
                     if overlap
                     else np.zeros_like(meas)
                 )
-                total = pred + fit.overhead(layers) + fit.stalls(nbytes, layers) - hidden
+                stalled = fit.stalls(nbytes, layers) + fit.shares(nbytes, again)
+                total = pred + fit.overhead(layers) + stalled - hidden
                 residual = float(np.linalg.norm(total / meas - 1.0))
                 if best is None or residual < best[0]:
                     best = (residual, fit)
@@ -680,6 +713,17 @@ def fit_kernels(
     memory_s = [timing.memory_seconds(n, reps, plan["min_time"]) for n in sizes]
     memory = fit_memory(sizes, memory_s)
     note("memory stalls: a matrix-vector product over 1/8-256 MiB")
+    pass_sizes, pass_rows = (
+        (timing.PASS_SIZES[1:2], (2, 3)) if quick else (timing.PASS_SIZES, timing.PASS_ROWS)
+    )
+    pass_s = (
+        [timing.pass_stalls(n, pass_rows, reps, plan["min_time"]) for n in pass_sizes]
+        if runtime == "torch"  # the probe runs torch's GEMMs; another runtime has its own
+        else []
+    )
+    if pass_s:
+        kernels = dataclasses.replace(kernels, passes=_passes(pass_sizes, pass_rows, pass_s))
+    note(f"passes over the weights of GEMMs of 2-{pass_rows[-1]} rows")
 
     def measure(shape: timing.Shape) -> float | None:
         try:
@@ -730,7 +774,8 @@ def fit_kernels(
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
         layers = [m.arch.n_layers for m in glue_archs]
         gemms = [m.step_gemms(_with(device, kernels)) for m in glue_archs]
-        glue = _fit_glue(glue_meas, glue_pred, layers, working, memory, gemms)
+        again = [m.restreamed(kernels.passes) for m in glue_archs]
+        glue = _fit_glue(glue_meas, glue_pred, layers, working, memory, gemms, again)
     else:
         glue = {phase: memory for phase in PHASES}
     kernels = dataclasses.replace(kernels, glue=glue)
@@ -746,6 +791,10 @@ def fit_kernels(
         "validation": _validation(val_meas, val_pred) if held_out else {},
         "raw": {
             "memory": [{"bytes": n, "seconds": t} for n, t in zip(sizes, memory_s)],
+            "passes": [
+                {"bytes": n, "rows": [1, *pass_rows], "stall_s": t}
+                for n, t in zip(pass_sizes, pass_s)
+            ],
             "kernels": {
                 k: [{**shape.values(), "seconds": t} for shape, t in zip(f.shapes, f.y)]
                 for k, f in fits.items()

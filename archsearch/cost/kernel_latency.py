@@ -32,7 +32,7 @@ from archsearch.cost.attention import attention_ops, mla_ops
 from archsearch.cost.counts import block_modules, params, state_elements
 from archsearch.cost.devices import DeviceProfile
 from archsearch.cost.ffn import dense_ffn_ops, expert_params, experts_touched, moe_ops
-from archsearch.cost.kernels import Kernels, features, gemm_features
+from archsearch.cost.kernels import Kernels, Passes, features, gemm_features
 from archsearch.cost.linear import linear_mixer_ops
 from archsearch.cost.mcsd import mcsd_ops
 from archsearch.cost.ops import Columns, Op, Phase
@@ -46,6 +46,7 @@ __all__ = [
     "kernel_time",
     "module_kernel",
     "resident",
+    "restreamed_bytes",
     "weight_gemms",
     "work",
 ]
@@ -216,6 +217,10 @@ def _group_seconds(
     stalls = glue.stalls(nbytes, c.L)
     if glue.overlap and p.B > 1:  # on one sequence no GEMM has rows beyond one to hide behind
         stalls = stalls - glue.hidden(nbytes, *weight_gemms(c, p, device, lm_head_tokens))
+    if kernels.passes is not None and p.tokens > 1:  # one row: one pass
+        stalls = stalls + glue.shares(
+            nbytes, restreamed_bytes(c, p, kernels.passes, lm_head_tokens)
+        )
     out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out
 
@@ -247,6 +252,34 @@ def weight_gemms(
     )
     nbytes.append(FP32 * c.d * c.V)
     return np.maximum(np.array(extra), 0.0), np.array(nbytes) + np.zeros(c.n)
+
+
+def restreamed_bytes(
+    c: Columns, p: Phase, passes: Passes, lm_head_tokens: float | None = None
+) -> np.ndarray:
+    """fp32 weight bytes a phase's GEMMs stream beyond their one pass (`kernels.Passes`):
+    over every weight GEMM, its extra passes at its rows and weight size x its bytes,
+    multiplicity included. A routed expert's GEMM runs on its share of the routed tokens
+    (`ffn.experts_touched` experts share them), once per expert touched."""
+    out = np.zeros(c.n)
+    touched = experts_touched(c, p.tokens)
+    for _, count, fn in block_modules(c):
+        if not np.any(count):
+            continue
+        for op in fn(c, p):
+            kn = np.asarray(op.kn, dtype=np.float64)
+            if op.kind != "matmul" or not np.any(kn > 0):
+                continue
+            if op.name.startswith("moe.routed."):  # its weights are counted once elsewhere
+                rows = np.divide(op.rows, touched, out=np.zeros(c.n), where=touched > 0)
+                matrices = touched
+            else:
+                rows = op.rows
+                matrices = np.divide(op.weights, kn, out=np.zeros(c.n), where=kn > 0)
+            nbytes = FP32 * kn
+            out = out + count * matrices * passes(rows, nbytes) * nbytes
+    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
+    return out + passes(rows, FP32 * c.d * c.V) * FP32 * c.d * c.V
 
 
 def working_set(c: Columns, p: Phase) -> np.ndarray:

@@ -376,6 +376,47 @@ def memory_seconds(nbytes: int, repeats: int, min_time: float) -> float:
     return seconds_per_call(lambda: torch.mv(weight, x), repeats, min_time, warmup=WARMUP_S)
 
 
+PASS_SIZES = tuple(int(2**20 * mb) for mb in (0.5, 2, 6, 16))
+PASS_ROWS = tuple(range(2, 9))
+PASS_STREAM = 256 * 2**20
+"""The passes probe (`pass_stalls`): weights of 1/2-16 MiB on 2-8 rows (`Linear` runs fewer
+than 8 on MKL's `F.linear`, 8 and more on oneDNN: `archsearch.models.gemm`), each weight one
+of copies that fill 256 MiB, beyond a shared L3."""
+
+
+def pass_stalls(nbytes: int, rows: tuple[int, ...], repeats: int, min_time: float) -> list[float]:
+    """Seconds of the memory stalls of one `Linear` GEMM over a weight of `nbytes` (1024
+    inputs), on one row and on each of `rows`: the time per GEMM of a chain over copies of the
+    weight that fill `PASS_STREAM` bytes (each weight from memory) less that of the same
+    chain over one copy (in the cache). Their ratio to one row's is the passes it makes
+    (`kernels.Passes`)."""
+    import torch
+
+    from archsearch.models.gemm import Linear
+
+    n = max(1, int(nbytes) // 4096)
+    far = [Linear(1024, n) for _ in range(max(4, PASS_STREAM // (4096 * n)))]
+    near = [far[0]] * len(far)
+    out = []
+    for m in (1, *rows):
+        x = torch.randn(m, 1, 1024)
+
+        def chain(layers, x=x):
+            def run():
+                with torch.no_grad():
+                    for layer in layers:
+                        layer(x)
+
+            return run
+
+        far_s, near_s = (
+            seconds_per_call(chain(layers), repeats, min_time, warmup=min_time)
+            for layers in (far, near)
+        )
+        out.append((far_s - near_s) / len(far))
+    return out
+
+
 def time_model(
     arch: ArchConfig,
     runtime: str,

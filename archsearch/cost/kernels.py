@@ -32,13 +32,16 @@ over the peak-based roofline, 22% and 11% for the learned roofline alone.
 
 The profile stores the fit under `kernels` as plain data (`Kernels.to_dict`): the runtime it
 was timed in, torch version, threads, date, CPU, the dispatch overhead per operator, the
-model-level terms (`glue`, by phase: `Glue`) and, per kernel, its roofline coefficients and
-ensemble.
+model-level terms (`glue`, by phase: `Glue`), per kernel its roofline coefficients and
+ensemble, and the extra passes GEMMs of a few rows make over their weights (`passes`:
+`Passes`; absent from profiles calibrated before it, or in a runtime other than torch, and then
+every GEMM makes one pass).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +61,7 @@ __all__ = [
     "Cache",
     "Glue",
     "Kernels",
+    "Passes",
     "features",
     "gemm_features",
     "mixer_kernels",
@@ -321,6 +325,49 @@ class Glue:
         }
 
 
+@dataclass(frozen=True)
+class Passes:
+    """The extra passes over its weights a GEMM of a few rows makes when they come from
+    memory: `extra[i][j]` for weights of `sizes[i]` bytes on `rows[j]` rows, measured by
+    `archsearch calibrate` as (stalls at those rows / stalls at one row) - 1, floored at 0
+    (`kernel_timing.pass_stalls`). A GEMM's weights that miss the cache are streamed
+    1 + extra times, each byte at the working set's per-byte stall (`Glue.shares`).
+
+    The library's kernels for a few rows are not one blocked pass: on this project's EPYC
+    VM (PyTorch's MKL `F.linear` below 8 rows, `archsearch.models.gemm`) a 1024 x 2816 weight
+    (11 MiB) in a stream beyond the L3 stalled 1.9 and 2.2 x as long on 2 and 3 rows as on
+    one, 1.1-1.2 x on 4-7, and less than one row's on 8 (oneDNN, which overlaps); 2 MiB
+    weights 1.1 x, 6 MiB 1.5-1.9 x. Rows between the table's are interpolated (0 extra at
+    one row; at most fractional, e.g. a routed expert's share of a step's tokens), bytes in
+    log2 and held at the ends; GEMMs of more rows than the table's last make one pass."""
+
+    rows: tuple[float, ...]
+    sizes: tuple[float, ...]  # bytes of one weight
+    extra: tuple[tuple[float, ...], ...]  # [sizes][rows]
+
+    def __call__(self, rows, nbytes) -> np.ndarray:
+        """Extra passes of GEMMs of `rows` rows over weights of `nbytes` (broadcast)."""
+        rows, nbytes = np.broadcast_arrays(
+            np.asarray(rows, dtype=np.float64), np.asarray(nbytes, dtype=np.float64)
+        )
+        xs = [1.0, *self.rows]
+        by_size = np.array(
+            [np.interp(rows, xs, [0.0, *e], left=0.0, right=0.0) for e in self.extra]
+        )
+        at = np.interp(
+            np.log2(np.maximum(nbytes, 1.0)), np.log2(self.sizes), range(len(self.sizes))
+        )
+        index = np.arange(len(self.sizes)).reshape(-1, *(1,) * at.ndim)
+        return (np.maximum(0.0, 1.0 - np.abs(at - index)) * by_size).sum(axis=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [float(f"{r:.4g}") for r in self.rows],
+            "bytes": [int(s) for s in self.sizes],
+            "extra": [[float(f"{e:.3g}") for e in row] for row in self.extra],
+        }
+
+
 GLUE_KEYS = ("model_s", "layer_s", "caches", "layer_miss_s", "overlap")
 NO_GLUE = Glue(0.0, 0.0)
 
@@ -340,6 +387,7 @@ class Kernels:
     bases: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kernel -> WORK coefs
     samples: dict[str, int] = field(default_factory=dict)  # timings each predictor was fitted to
     fresh_error: dict[str, float] = field(default_factory=dict)  # MAPE on its last fresh shapes
+    passes: Passes | None = None  # GEMMs of a few rows (None: one pass at every row count)
 
     def correction(self, kernel: str, X: np.ndarray) -> np.ndarray:
         """exp(learned log ratio) of measured to base time per row (1 without a predictor).
@@ -373,6 +421,7 @@ class Kernels:
                 }
                 for name, ens in self.predictors.items()
             },
+            **({"passes": self.passes.to_dict()} if self.passes is not None else {}),
         }
 
 
@@ -390,9 +439,9 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
     if not isinstance(raw, dict):
         raise fail(f"expected a mapping, got {type(raw).__name__}", "")
     known = {"runtime", "torch", "threads", "date", "cpu", "dispatch_s", "glue", "predictors"}
-    extra = sorted(set(map(str, raw)) - known)
+    extra = sorted(set(map(str, raw)) - known - {"passes"})  # passes: optional (`Passes`)
     if extra:
-        raise fail(f"unknown key (known: {', '.join(sorted(known))})", extra[0])
+        raise fail(f"unknown key (known: {', '.join(sorted(known | {'passes'}))})", extra[0])
     for k in sorted(known):
         if k not in raw:
             raise fail("missing required key", k)
@@ -444,7 +493,38 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
         bases=bases,
         samples=samples,
         fresh_error=fresh,
+        passes=_passes(raw["passes"], fail) if "passes" in raw else None,
     )
+
+
+def _passes(raw: Any, fail) -> Passes:
+    """`passes`: {rows: [r, ...], bytes: [b, ...], extra: [[per row] per size]}, rows and bytes
+    increasing, rows above one, every extra a finite number >= 0."""
+    form = "expected {rows: [...], bytes: [...], extra: [[...], ...]}"
+    if not isinstance(raw, dict) or set(map(str, raw)) != {"rows", "bytes", "extra"}:
+        raise fail(f"{form}, got {raw!r}"[:160], "passes")
+    axes = {}
+    for k, least in (("rows", 1.0), ("bytes", 0.0)):
+        v = raw[k]
+        if not isinstance(v, list) or not v:
+            raise fail(f"expected a non-empty list, got {v!r}"[:160], f"passes.{k}")
+        values = [_seconds(x, fail, f"passes.{k}[{i}]") for i, x in enumerate(v)]
+        if values[0] <= least or any(b <= a for a, b in itertools.pairwise(values)):
+            raise fail(
+                f"expected increasing values above {least:g}, got {v!r}"[:160], f"passes.{k}"
+            )
+        axes[k] = tuple(values)
+    table = raw["extra"]
+    if not isinstance(table, list) or len(table) != len(axes["bytes"]):
+        raise fail(f"expected one list per entry of bytes, got {table!r}"[:160], "passes.extra")
+    extra = []
+    for i, row in enumerate(table):
+        if not isinstance(row, list) or len(row) != len(axes["rows"]):
+            raise fail(
+                f"expected one number per entry of rows, got {row!r}"[:160], f"passes.extra[{i}]"
+            )
+        extra.append(tuple(_seconds(x, fail, f"passes.extra[{i}][{j}]") for j, x in enumerate(row)))
+    return Passes(axes["rows"], axes["bytes"], tuple(extra))
 
 
 _EARLIER = "a kernel fit in the form of an earlier archsearch calibrate"
