@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from scipy.stats import binom
 from sklearn.ensemble import GradientBoostingRegressor
 
 from archsearch import yamlio
@@ -524,10 +525,13 @@ def test_a_step_on_a_few_sequences_streams_its_weights_again(batch):
         assert restreamed[0] == 0.0 and got == base
 
 
-def test_routed_experts_stream_their_weights_again_on_their_share_of_the_rows():
-    """A batch-8 MoE step: its attention, router and LM head run 8 rows (past the table: one
-    pass), each of the experts its 8 tokens touch runs its share of the 16 routed rows (about
-    2): every expert's weights are streamed again, in each layer."""
+@pytest.mark.parametrize("batch", [1, 2, 8, 64])
+def test_routed_experts_stream_their_weights_again_on_the_rows_routed_to_them(batch):
+    """A batched MoE step with GEMMs of 2-7 rows making one extra pass: its attention, router
+    and LM head run B rows (one pass at 1 row and past the table); each of the 8 experts runs
+    the rows routed to it, Binomial(B, 2/8) under uniform top-2 routing (each token picks it
+    with probability 2/8), and streams its weights again when that count is 2-7, in each of
+    the 3 layers; on one sequence every expert runs one row or none."""
     arch = ArchConfig(
         vocab_size=700,
         d_model=256,
@@ -536,12 +540,16 @@ def test_routed_experts_stream_their_weights_again_on_their_share_of_the_rows():
         moe=MoEConfig(n_experts=8, top_k=2, d_expert=128),
     )
     c = columns(arch)
-    p = Phase("step", T=1, n0=64, B=8)
-    touched = experts_touched(c, 8)[0]
-    assert 2 < 16 / touched < 7
+    p = Phase("step", T=1, n0=64, B=batch)
     expert_bytes = 4 * 3 * 256 * 128  # gated: w_in 256 -> 2 x 128, down 128 -> 256
+    routed = binom(batch, 2 / 8)
+    expected = 3 * 8 * (routed.cdf(7) - routed.cdf(1)) * expert_bytes
+    dense = 0.0
+    if 2 <= batch <= 7:  # q, k, v, o, the router and the LM head: their weights once more
+        dense = 4 * (3 * (2 * 256 * 256 + 2 * 256 * 64 + 256 * 8) + 256 * 700)
     got = restreamed_bytes(c, p, with_passes(synthetic_kernels(), 1.0).kernels.passes)
-    assert got[0] == pytest.approx(3 * touched * expert_bytes)
+    assert got[0] == pytest.approx(expected + dense, rel=1e-9)
+    assert (got[0] == 0) == (batch == 1)
 
 
 @pytest.mark.parametrize("batch", [1, 8])

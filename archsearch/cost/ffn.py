@@ -9,6 +9,7 @@ from archsearch.cost.ops import Columns, Op, Phase, linear_op
 
 FFN_LAUNCHES = {"gated": 12, "plain": 10}  # operators dispatched per FFN
 MOE_LAUNCHES = (16, 10)  # fixed, per routed expert used (shared experts count as FFNs)
+ROUTED = "moe.routed"  # the routed experts' ops' name (their weights are counted once apart)
 
 
 def _ffn_ops(c: Columns, p: Phase, width, tokens=None, count=1.0, name="ffn") -> list[Op]:
@@ -36,7 +37,7 @@ def moe_ops(c: Columns, p: Phase) -> list[Op]:
     """Router, the N k routed (token, expert) pairs through their experts, shared experts.
     Weights read: the experts the N tokens touch (`experts_touched`), plus the shared ones."""
     N = p.tokens
-    routed = _ffn_ops(c, p, c.Fe, tokens=N * c.topk, name="moe.routed")
+    routed = _ffn_ops(c, p, c.Fe, tokens=N * c.topk, name=ROUTED)
     touched = experts_touched(c, N)
     per_expert = expert_params(c)
     routed[0].weights = routed[0].weights * 0  # weights counted once below

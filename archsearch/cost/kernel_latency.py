@@ -23,6 +23,7 @@ Everything is numpy over the candidate table: rows with the same modules are pri
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 import numpy as np
@@ -31,7 +32,7 @@ from archsearch.arch import LINEAR_FAMILIES
 from archsearch.cost.attention import attention_ops, mla_ops
 from archsearch.cost.counts import block_modules, params, state_elements
 from archsearch.cost.devices import DeviceProfile
-from archsearch.cost.ffn import dense_ffn_ops, expert_params, experts_touched, moe_ops
+from archsearch.cost.ffn import ROUTED, dense_ffn_ops, expert_params, experts_touched, moe_ops
 from archsearch.cost.kernels import Kernels, Passes, features, gemm_features
 from archsearch.cost.linear import linear_mixer_ops
 from archsearch.cost.mcsd import mcsd_ops
@@ -259,10 +260,11 @@ def restreamed_bytes(
 ) -> np.ndarray:
     """fp32 weight bytes a phase's GEMMs stream beyond their one pass (`kernels.Passes`):
     over every weight GEMM, its extra passes at its rows and weight size x its bytes,
-    multiplicity included. A routed expert's GEMM runs on its share of the routed tokens
-    (`ffn.experts_touched` experts share them), once per expert touched."""
+    multiplicity included. Each routed expert runs the tokens routed to it, Binomial(N, k/E)
+    of the phase's N under uniform routing (as `ffn.experts_touched`): its extra passes are
+    their expectation over that count (at batch 8, top-2 of 8 experts, an expert runs 1 row
+    as often as 2, and one row makes one pass)."""
     out = np.zeros(c.n)
-    touched = experts_touched(c, p.tokens)
     for _, count, fn in block_modules(c):
         if not np.any(count):
             continue
@@ -270,16 +272,27 @@ def restreamed_bytes(
             kn = np.asarray(op.kn, dtype=np.float64)
             if op.kind != "matmul" or not np.any(kn > 0):
                 continue
-            if op.name.startswith("moe.routed."):  # its weights are counted once elsewhere
-                rows = np.divide(op.rows, touched, out=np.zeros(c.n), where=touched > 0)
-                matrices = touched
-            else:
-                rows = op.rows
-                matrices = np.divide(op.weights, kn, out=np.zeros(c.n), where=kn > 0)
             nbytes = FP32 * kn
-            out = out + count * matrices * passes(rows, nbytes) * nbytes
+            if op.name.startswith(f"{ROUTED}."):  # its weights are counted once elsewhere
+                extra = c.E * _routed_passes(c, p.tokens, passes, nbytes)
+            else:
+                matrices = np.divide(op.weights, kn, out=np.zeros(c.n), where=kn > 0)
+                extra = matrices * passes(op.rows, nbytes)
+            out = out + count * extra * nbytes
     rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
     return out + passes(rows, FP32 * c.d * c.V) * FP32 * c.d * c.V
+
+
+def _routed_passes(c: Columns, tokens: float, passes: Passes, nbytes) -> np.ndarray:
+    """An expert's expected extra passes over weights of `nbytes` when `tokens` tokens are
+    each routed to k of E experts uniformly: its rows are Binomial(tokens, k/E); counts past
+    the table's last row make one pass."""
+    q = np.divide(c.topk, c.E, out=np.zeros(c.n), where=c.E > 0)
+    N = round(float(tokens))
+    out = np.zeros(c.n)
+    for n in range(1, min(N, math.ceil(passes.rows[-1])) + 1):
+        out = out + math.comb(N, n) * q**n * (1.0 - q) ** (N - n) * passes(n, nbytes)
+    return out
 
 
 def working_set(c: Columns, p: Phase) -> np.ndarray:

@@ -336,10 +336,10 @@ class Passes:
     The library's kernels for a few rows are not one blocked pass: on this project's EPYC
     VM (PyTorch's MKL `F.linear` below 8 rows, `archsearch.models.gemm`) a 1024 x 2816 weight
     (11 MiB) in a stream beyond the L3 stalled 1.9 and 2.2 x as long on 2 and 3 rows as on
-    one, 1.1-1.2 x on 4-7, and less than one row's on 8 (oneDNN, which overlaps); 2 MiB
-    weights 1.1 x, 6 MiB 1.5-1.9 x. Rows between the table's are interpolated (0 extra at
-    one row; at most fractional, e.g. a routed expert's share of a step's tokens), bytes in
-    log2 and held at the ends; GEMMs of more rows than the table's last make one pass."""
+    one, 1.1-1.2 x on 4-7 in one probe and 0.6-0.9 x in two others, and less than one row's
+    on 8 (oneDNN, which overlaps); 2 MiB weights 1.1-1.2 x, 6 MiB 1.5-1.9 x. Rows between the
+    table's are interpolated (0 extra at one row), bytes in log2 and held at the ends; GEMMs
+    of more rows than the table's last make one pass."""
 
     rows: tuple[float, ...]
     sizes: tuple[float, ...]  # bytes of one weight
