@@ -488,6 +488,17 @@ def test_passes_are_the_probes_stall_ratios_less_one():
     assert table == Passes((2.0, 3.0, 8.0), (2 * MIB, 16 * MIB), ((1.0, 1.5, 0.0), (0.0,) * 3))
 
 
+def moe_arch(vocab: int, d: int, kv_heads: int, d_expert: int) -> ArchConfig:
+    """Three layers of attention (4 heads) and top-2 of 8 routed experts."""
+    return ArchConfig(
+        vocab_size=vocab,
+        d_model=d,
+        n_layers=3,
+        attention=AttentionConfig(n_heads=4, n_kv_heads=kv_heads),
+        moe=MoEConfig(n_experts=8, top_k=2, d_expert=d_expert),
+    )
+
+
 def with_passes(kernels: Kernels, extra: float) -> DeviceProfile:
     """A device with `kernels` whose GEMMs of 2-7 rows make `extra` extra passes."""
     table = Passes((2.0, 7.0, 8.0), (MIB, 64 * MIB), ((extra, extra, 0.0),) * 2)
@@ -532,14 +543,7 @@ def test_routed_experts_stream_their_weights_again_on_the_rows_routed_to_them(ba
     the rows routed to it, Binomial(B, 2/8) under uniform top-2 routing (each token picks it
     with probability 2/8), and streams its weights again when that count is 2-7, in each of
     the 3 layers; on one sequence every expert runs one row or none."""
-    arch = ArchConfig(
-        vocab_size=700,
-        d_model=256,
-        n_layers=3,
-        attention=AttentionConfig(n_heads=4, n_kv_heads=1),
-        moe=MoEConfig(n_experts=8, top_k=2, d_expert=128),
-    )
-    c = columns(arch)
+    c = columns(moe_arch(vocab=700, d=256, kv_heads=1, d_expert=128))
     p = Phase("step", T=1, n0=64, B=batch)
     expert_bytes = 4 * 3 * 256 * 128  # gated: w_in 256 -> 2 x 128, down 128 -> 256
     routed = binom(batch, 2 / 8)
@@ -552,14 +556,17 @@ def test_routed_experts_stream_their_weights_again_on_the_rows_routed_to_them(ba
     assert (got[0] == 0) == (batch == 1)
 
 
-@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("batch", [1, 2, 8])
 @pytest.mark.parametrize("phase", ["ttft", "decode"])
 def test_a_table_of_candidates_prices_as_each_candidate_alone(phase, batch):
-    """A kernel profile prices a table of several widths and depths (one group: the LM head's
-    rows are one number for every candidate) row for row as it prices each alone, in both
-    phases, at batch 1 and 8, with the batched step's overlap."""
+    """A kernel profile prices a table of several widths and depths (the LM head's rows are
+    one number for every candidate) and an MoE (another group) row for row as it prices each
+    alone, in both phases (a prefill of 2 tokens: GEMMs of a few rows), at batch 1, 2 and 8,
+    with the batched step's overlap and the passes of GEMMs of a few rows."""
     kernels = synthetic_kernels().to_dict()
     kernels["glue"]["step"]["overlap"] = 0.5
+    kernels["passes"] = TABLE.to_dict()
+    kernels["glue"]["forward"]["caches"] = kernels["glue"]["step"]["caches"]  # stalls to price
     dev = dataclasses.replace(
         load_device("nvidia_a10"), kernels=parse_kernels(kernels, source="test")
     )
@@ -567,10 +574,11 @@ def test_a_table_of_candidates_prices_as_each_candidate_alone(phase, batch):
         ArchConfig(vocab_size=4096, d_model=d, n_layers=n, attention=AttentionConfig(n_heads=4))
         for d, n in ((256, 2), (512, 3), (1024, 4))
     ]
+    archs.append(moe_arch(vocab=4096, d=512, kv_heads=1, d_expert=256))
 
     def price(c: Columns) -> np.ndarray:
         if phase == "ttft":
-            return model.ttft_s(c, dev, 128, "fp32", batch)
+            return model.ttft_s(c, dev, 2, "fp32", batch)
         return model.decode_s(c, dev, 512, "fp32", batch)
 
     alone = [float(price(Columns.from_archs([a]))[0]) for a in archs]
@@ -602,13 +610,7 @@ def test_experts_touched_is_the_expected_count_under_uniform_routing(experts, k,
 def test_a_batched_moe_decode_step_reads_the_experts_its_tokens_touch():
     """The working set of a step at batch 8 holds every expert its 8 tokens reach (7.2 of 8
     at top-2), not the top-2 of one token: the memory stalls of a batched MoE step see them."""
-    arch = ArchConfig(
-        vocab_size=256,
-        d_model=64,
-        n_layers=3,
-        attention=AttentionConfig(n_heads=4, n_kv_heads=2),
-        moe=MoEConfig(n_experts=8, top_k=2, d_expert=64),
-    )
+    arch = moe_arch(vocab=256, d=64, kv_heads=2, d_expert=64)
     c = columns(arch)
     expert = sum(p.numel() for p in build_model(arch).blocks[0].ffn.experts[0].parameters())
     one, eight = (working_set(c, Phase("step", T=1, n0=16, B=b))[0] for b in (1, 8))
