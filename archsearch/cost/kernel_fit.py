@@ -123,21 +123,25 @@ class WholeModel(NamedTuple):
             self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch, instances
         )
 
+    def phases(self) -> tuple[Phase, Phase]:
+        """The prefill of `prompt` tokens and the decode step after `context`, on `batch`
+        sequences."""
+        return (
+            Phase("forward", T=self.prompt, B=self.batch, causal="half"),
+            Phase("step", T=1, n0=self.context, B=self.batch),
+        )
+
     def working_sets(self) -> tuple[float, float]:
         """The working sets (bytes) of the prefill and the decode step
         (`kernel_latency.working_set`)."""
         c = Columns.from_archs([self.arch])
-        return (
-            float(working_set(c, Phase("forward", T=self.prompt, B=self.batch, causal="half"))[0]),
-            float(working_set(c, Phase("step", T=1, n0=self.context, B=self.batch))[0]),
-        )
+        forward, step = (float(working_set(c, p)[0]) for p in self.phases())
+        return forward, step
 
     def step_gemms(self, device: DeviceProfile) -> tuple[np.ndarray, np.ndarray]:
         """(extra seconds, weight bytes) of the decode step's weight GEMMs on `device`
         (`kernel_latency.weight_gemms`), one entry per GEMM."""
-        c = Columns.from_archs([self.arch])
-        p = Phase("step", T=1, n0=self.context, B=self.batch)
-        extra, nbytes = weight_gemms(c, p, device)
+        extra, nbytes = weight_gemms(Columns.from_archs([self.arch]), self.phases()[1], device)
         return extra[:, 0], nbytes[:, 0]
 
     def restreamed(self, passes: Passes | None) -> tuple[float, float]:
@@ -146,12 +150,8 @@ class WholeModel(NamedTuple):
         if passes is None:
             return 0.0, 0.0
         c = Columns.from_archs([self.arch])
-        return (
-            float(restreamed_bytes(c, Phase("forward", T=self.prompt, B=self.batch), passes)[0]),
-            float(
-                restreamed_bytes(c, Phase("step", T=1, n0=self.context, B=self.batch), passes)[0]
-            ),
-        )
+        forward, step = (float(restreamed_bytes(c, p, passes)[0]) for p in self.phases())
+        return forward, step
 
     def predicted(self, device: DeviceProfile) -> tuple[float, float]:
         """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""

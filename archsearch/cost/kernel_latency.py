@@ -209,8 +209,7 @@ def _group_seconds(
     )
     for kernel, category, count in elementwise:
         out.append((Op(kernel, category=category), count * kernel_time(kernel, c, p, device)))
-    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
-    lm_head = gemm_seconds(device, kernels, rows, c.d, c.V)
+    lm_head = gemm_seconds(device, kernels, _lm_head_rows(p, lm_head_tokens), c.d, c.V)
     out.append((Op("lm_head", category="lm head"), lm_head))
     glue = kernels.glue[p.kind]
     out.append((Op("glue", category="norms+residual"), glue.overhead(c.L) + np.zeros(c.n)))
@@ -224,6 +223,11 @@ def _group_seconds(
         )
     out.append((Op("memory stalls", category="norms+residual"), stalls))
     return out
+
+
+def _lm_head_rows(p: Phase, lm_head_tokens: float | None) -> float:
+    """The LM head's rows: every token of the phase, or `lm_head_tokens` of each sequence."""
+    return p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
 
 
 def weight_gemms(
@@ -246,7 +250,7 @@ def weight_gemms(
             seconds = [analytic_seconds([o], device, kernels, c.n) for o in (op, op1)]
             extra.append(count * (seconds[0] - seconds[1]))
             nbytes.append(count * FP32 * np.asarray(op.weights, dtype=np.float64))
-    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
+    rows = _lm_head_rows(p, lm_head_tokens)
     extra.append(
         gemm_seconds(device, kernels, rows, c.d, c.V)
         - gemm_seconds(device, kernels, rows / p.B, c.d, c.V)
@@ -279,8 +283,8 @@ def restreamed_bytes(
                 matrices = np.divide(op.weights, kn, out=np.zeros(c.n), where=kn > 0)
                 extra = matrices * passes(op.rows, nbytes)
             out = out + count * extra * nbytes
-    rows = p.tokens if lm_head_tokens is None else p.B * lm_head_tokens
-    return out + passes(rows, FP32 * c.d * c.V) * FP32 * c.d * c.V
+    lm_head = FP32 * c.d * c.V
+    return out + passes(_lm_head_rows(p, lm_head_tokens), lm_head) * lm_head
 
 
 def _routed_passes(c: Columns, tokens: float, passes: Passes, nbytes) -> np.ndarray:
