@@ -27,6 +27,7 @@ from archsearch.analysis.front_table import (
     format_cell,
     front_columns,
     front_facts,
+    row_cell,
 )
 from archsearch.analysis.pareto import Pareto, analyse, choose_axes
 from archsearch.analysis.plots import front_figure, front_html, front_png, hypervolume_png
@@ -60,6 +61,7 @@ __all__ = [
     "hypervolume_png",
     "make_app",
     "markdown_report",
+    "row_cell",
     "serve",
     "write_outputs",
     "write_sweep_front",

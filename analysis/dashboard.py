@@ -31,9 +31,9 @@ from archsearch.analysis import confirm
 from archsearch.analysis.front_table import (
     SHOWN_ROWS,
     export_command,
-    format_cell,
     front_columns,
     latency_note,
+    row_cell,
     shown_note,
 )
 from archsearch.analysis.pareto import analyse, choose_axes
@@ -87,7 +87,7 @@ def front_payload(
     p = analyse(data, device, axes, is_default=is_default)
     cols = front_columns(p)
     rows = [
-        [format_cell(k, row.get(k)) for k, _ in cols] + [export_command(p, row["trial"])]
+        [row_cell(k, row) for k, _ in cols] + [export_command(p, row["trial"])]
         for row in p.front_rows(SHOWN_ROWS)
     ]
     rest = {

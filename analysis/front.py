@@ -148,6 +148,35 @@ def _cost_model_value(record: TrialRecord, label: str) -> float | None:
     return _COST_CACHE[key]
 
 
+LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")  # predicted latencies: shown with their error
+
+
+def latency_errors(records: list[TrialRecord], label: str) -> np.ndarray | None:
+    """The relative error a predicted latency (`decode_ms[local,...]`) carries for each trial's
+    stored architecture: its device profile's held-out error in the band of the working set
+    (`archsearch.cost.model.spec_errors`), the profile's one figure for a trial that stores no
+    architecture, nan where the profile states none; None for other metrics."""
+    from archsearch.cost.devices import spec_error
+
+    try:
+        spec = MetricSpec.parse(label)
+    except ValueError:
+        return None
+    if spec.metric not in LATENCIES:
+        return None
+    one = spec_error(spec)  # None also where the profile does not load
+    out = np.full(len(records), np.nan if one is None else one)
+    stored = [i for i, r in enumerate(records) if isinstance(r.attrs.get("arch"), dict)]
+    if one is not None and stored:
+        from archsearch.arch import ArchConfig
+        from archsearch.cost.model import spec_errors
+        from archsearch.cost.ops import Columns
+
+        archs = [ArchConfig.from_dict(records[i].attrs["arch"]) for i in stored]
+        out[stored] = spec_errors(Columns.from_archs(archs), spec)
+    return out
+
+
 def candidates(records: list[TrialRecord]) -> list[TrialRecord]:
     """Fully trained feasible trials, one per architecture (the earliest trial of a hash)."""
     seen, out = set(), []

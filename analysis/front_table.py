@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from archsearch.analysis.front import display_scale
+from archsearch.analysis.front import LATENCIES, display_scale
 from archsearch.analysis.noise import ALPHA
 from archsearch.analysis.pareto import Pareto
 from archsearch.metrics import MetricSpec, parse_label
@@ -25,11 +25,11 @@ __all__ = [
     "front_facts",
     "latency_note",
     "proxy_table",
+    "row_cell",
     "seed_noise_lines",
     "shown_note",
 ]
 
-LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")  # predicted latencies: shown with their error
 
 # a cluster study's front can hold tens of thousands of architectures: tables show the first
 # rows by the first axis (front.json and `archsearch export` have every one)
@@ -119,9 +119,15 @@ def latency_note(p: Pareto) -> str | None:
     return " | ".join(describe_error(load_device(d)) for d in dict.fromkeys(devices))
 
 
-def format_cell(label: str, v: Any) -> str:
+def row_cell(label: str, row: dict[str, Any]) -> str:
+    """`format_cell` of a front row's column `label` (a latency with the row's own error)."""
+    return format_cell(label, row.get(label), row.get(f"{label}:error"))
+
+
+def format_cell(label: str, v: Any, error: float | None = None) -> str:
     """One cell of the column `label`: counts and bytes in human units, '-' when unknown;
-    a standard error as '+-0.012', the points a point is tied with as '#3, #7'."""
+    a standard error as '+-0.012', the points a point is tied with as '#3, #7'; a predicted
+    latency with its relative `error` (the row's `<label>:error`), else its profile's."""
     if label == "tied_with":
         shown = ", ".join(f"#{n}" for n in (v or [])[:3])
         return (shown + (f" +{len(v) - 3} more" if len(v) > 3 else "")) if v else "-"
@@ -137,7 +143,7 @@ def format_cell(label: str, v: Any) -> str:
     if "bytes" in name:
         return human(v, "B")
     if name in LATENCIES:
-        return f"{v:.4g} {fmt_error(axis_error(label))}"
+        return f"{v:.4g} {fmt_error(error if error is not None else axis_error(label))}"
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 

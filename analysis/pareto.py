@@ -23,6 +23,7 @@ from archsearch.analysis.front import (
     front,
     hypervolume,
     hypervolume_history,
+    latency_errors,
     points,
     predict_axes,
     reference_point,
@@ -68,6 +69,13 @@ class Pareto:
         return self.on_front & np.array([r.number not in self.ties for r in self.trained])
 
     @cached_property
+    def axis_errors(self) -> dict[str, np.ndarray]:
+        """Per predicted-latency axis, each trained trial's relative error (`latency_errors`:
+        by its working set where the device profile gives bands; nan where unknown)."""
+        out = {a.label: latency_errors(self.trained, a.label) for a in self.axes}
+        return {label: e for label, e in out.items() if e is not None}
+
+    @cached_property
     def proxies(self) -> Proxies:
         """Rank correlations of the study's training objectives with its cheap signals
         (`archsearch.analysis.proxies`), over `trained`."""
@@ -104,6 +112,10 @@ class Pareto:
             "family": r.attrs.get("family"),
             "attention_share": r.attrs.get("attention_share"),
             **{a.label: float(x) for a, x in zip(self.axes, v)},
+            **{
+                f"{label}:error": _number(errors[self._index[r.number]])
+                for label, errors in self.axis_errors.items()
+            },
             "params": value_of(r, "params", objectives),
             "active_params": value_of(r, "active_params", objectives),
             self.kv_label: value_of(r, self.kv_label, objectives),
@@ -281,3 +293,7 @@ def analyse(
         ties=ties,
         corrected=corrected,
     )
+
+
+def _number(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)

@@ -229,8 +229,8 @@ def front_mpl(p: Pareto):
                 if at is not None:
                     _draw_band(ax, at, horizontal, ov[band[:, k]][:, i if horizontal else j])
                     banded = True
-        ax.set_xlabel(views[i].title + _error_note(p.axes[i].label), fontsize=9)
-        ax.set_ylabel(views[j].title + _error_note(p.axes[j].label), fontsize=9)
+        ax.set_xlabel(views[i].title + _error_note(p, p.axes[i].label), fontsize=9)
+        ax.set_ylabel(views[j].title + _error_note(p, p.axes[j].label), fontsize=9)
         ax.grid(alpha=0.3)
         if by_share:
             fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
@@ -311,11 +311,13 @@ def error_bars(
     seed noise is measured; None for an axis that carries neither."""
     out = []
     for k, a in enumerate(p.axes):
-        err, se = axis_error(a.label), p.noise.std_error(a.label)
+        err, se = p.axis_errors.get(a.label), p.noise.std_error(a.label)
         if se is not None:
             out.append(se[rows] / views[k].scale)
+        elif err is None or np.isnan(err).all():
+            out.append(None)
         else:
-            out.append(None if err is None else np.abs(tv[rows, k]) * err)
+            out.append(np.abs(tv[rows, k]) * np.nan_to_num(err[rows]))
     return out
 
 
@@ -331,11 +333,16 @@ def seed_bar_text(p: Pareto, label: str) -> str:
     return f"{parse_label(label)[0]} bars: +-1 std error, sigma/sqrt(n seeds) (sigma{sigma})"
 
 
-def _error_note(label: str) -> str:
-    """' (+-14%)' after the title of a predicted-latency axis (' (+-?)' when unvalidated)."""
+def _error_note(p: Pareto, label: str) -> str:
+    """' (+-14%)' after the title of a predicted-latency axis, ' (+-5-43% by working set)'
+    where its trained points' errors differ (' (+-?)' when unvalidated)."""
     if parse_label(label)[0] not in LATENCIES:
         return ""
-    return f" ({fmt_error(axis_error(label))})"
+    errors = p.axis_errors.get(label)
+    known = errors[np.isfinite(errors)] if errors is not None else np.array([])
+    if len(known) and round(100 * known.min()) != round(100 * known.max()):
+        return f" (+-{100 * known.min():.0f}-{100 * known.max():.0f}% by working set)"
+    return f" ({fmt_error(known[0] if len(known) else axis_error(label))})"
 
 
 def log_scale(ax, which: str, base: int = 10) -> None:
@@ -458,14 +465,23 @@ class _Hover:
 
     def __init__(self, p: Pareto) -> None:
         self.p = p
-        self.notes = [_error_note(a.label) for a in p.axes]  # one profile read per axis
+        self.notes = [_error_note(p, a.label) for a in p.axes]  # one profile read per axis
         self.trained = np.array(
             [
-                self.text(r, v, "front" if on else "trained", self.seeds(r))
-                for r, v, on in zip(p.trained, p.values, p.on_front)
+                self.text(r, v, "front" if on else "trained", self.seeds(r), self.errors(k))
+                for k, (r, v, on) in enumerate(zip(p.trained, p.values, p.on_front))
             ],
             dtype=str,
         )
+
+    def errors(self, k: int) -> list[str]:
+        """Trained trial k's note per axis: ' (+-14%)' on a latency axis with its own error."""
+        return [
+            f" ({fmt_error(float(e[k]))})"
+            if (e := self.p.axis_errors.get(a.label)) is not None and np.isfinite(e[k])
+            else note
+            for a, note in zip(self.p.axes, self.notes)
+        ]
 
     def seeds(self, r: TrialRecord) -> list[str]:
         """A trained trial's seeds and standard errors, and its ties (measured noise only)."""
@@ -480,12 +496,19 @@ class _Hover:
             lines.append("tied with " + ", ".join(f"#{n}" for n in cells["tied_with"][:5]))
         return lines
 
-    def text(self, r: TrialRecord, v: np.ndarray, group: str, extra: Sequence[str] = ()) -> str:
+    def text(
+        self,
+        r: TrialRecord,
+        v: np.ndarray,
+        group: str,
+        extra: Sequence[str] = (),
+        notes: Sequence[str] | None = None,
+    ) -> str:
         from html import escape
 
         lines = [f"trial {r.number} ({group.replace('_', ' ')})", str(r.attrs.get("summary"))]
         lines.append(f"family {_family(r)}, attention share {_share(r):.2f}")
-        for a, x, note in zip(self.p.axes, v, self.notes):
+        for a, x, note in zip(self.p.axes, v, notes or self.notes):
             lines.append(
                 f"{a.label} = {x:.5g}{note}" if np.isfinite(x) else f"{a.label}: not trained"
             )

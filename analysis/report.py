@@ -16,10 +16,10 @@ from archsearch.analysis.front_table import (
     SHOWN_CONFIGS,
     SHOWN_ROWS,
     export_command,
-    format_cell,
     front_columns,
     front_facts,
     proxy_table,
+    row_cell,
     seed_noise_lines,
     shown_note,
 )
@@ -119,7 +119,7 @@ def markdown_report(p: Pareto) -> str:
         "|" + "---|" * len(cols),
     ]
     for row in p.front_rows(SHOWN_ROWS):
-        lines.append("| " + " | ".join(format_cell(k, row.get(k)) for k, _ in cols) + " |")
+        lines.append("| " + " | ".join(row_cell(k, row) for k, _ in cols) + " |")
     note = shown_note(p, SHOWN_ROWS)
     lines += ["", note or ""]
     if p.noise.measured:
@@ -153,7 +153,7 @@ def html_report(p: Pareto) -> str:
     facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in front_facts(p))
     head = "".join(f"<th>{e(t)}</th>" for _, t in cols)
     body = "".join(
-        "<tr>" + "".join(f"<td>{e(format_cell(k, row.get(k)))}</td>" for k, _ in cols) + "</tr>"
+        "<tr>" + "".join(f"<td>{e(row_cell(k, row))}</td>" for k, _ in cols) + "</tr>"
         for row in p.front_rows(SHOWN_ROWS)
     )
     body_note = f"<p>{e(shown_note(p, SHOWN_ROWS) or '')}</p>"

@@ -28,6 +28,15 @@ default: run `archsearch calibrate` first, with the same threads).
 Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decode: the share
 within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
 
+Whether the error the user is shown holds (`stated`): each prediction carries its profile's
+held-out error (`archsearch.cost.model.latency_errors`: the 90th percentile of |error| in the
+band of its working set where the profile gives bands, else its one figure); the share of the
+held-out architectures inside their own +- (a 90th percentile promises 90%) and the median +-
+are printed beside the share inside the profile's one figure.
+
+`--rescore results.json` prices a saved run's timings again on `--device` (no timing: seconds)
+and prints its figures, to read one set of measurements against several profiles.
+
 How fast the machine is now against during calibration (`drift`): a shared VM's speed wanders
 by 10% and more over minutes. The models calibration fitted its model-level terms to
 (`kernel_fit.glue_models`, where the profile's predictions equal calibration's timings up to
@@ -76,7 +85,7 @@ from archsearch.arch import (
     MoEConfig,
 )
 from archsearch.cost import columns, model
-from archsearch.cost.devices import load_device
+from archsearch.cost.devices import latency_error, load_device
 from archsearch.cost.kernel_fit import WholeModel, glue_models
 from archsearch.cost.kernel_timing import time_model_once
 
@@ -170,6 +179,15 @@ def summary(rows: list[dict], q: str, drift: float | None = None) -> dict:
         "mape_percent": float(100 * np.mean(np.abs(err))),
         "kendall_tau": float(kendalltau(meas, pred).statistic) if len(rows) > 1 else 1.0,
     }
+    stated = np.array([r.get(f"{q}_error", np.nan) for r in rows], dtype=np.float64)
+    if np.isfinite(stated).all():
+        one = rows[0][f"{q}_profile_error"]
+        out["stated"] = {
+            "within_own": float(np.mean(np.abs(err) <= stated)),
+            "median_own_percent": float(100 * np.median(stated)),
+            "within_profile": float(np.mean(np.abs(err) <= one)),
+            "profile_percent": float(100 * one),
+        }
     if drift is not None:
         moved = pred * drift / meas - 1
         out["at_drift"] = {
@@ -221,7 +239,11 @@ def main() -> None:
     ap.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "latency_accuracy.json")
     )
+    ap.add_argument("--rescore", help="a saved result: price its timings on --device, print")
     args = ap.parse_args()
+    if args.rescore:
+        rescore(args.rescore, args.device)
+        return
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
     t0 = time.perf_counter()
@@ -247,9 +269,6 @@ def main() -> None:
     for (family, arch, setting), now, timed in zip(todo, watched, builds):
         prompt, context, batch = setting
         ttft, decode = min(b[0] for b in timed), min(b[1] for b in timed)
-        c = columns(arch)
-        p_ttft = float(model.ttft_s(c, dev, prompt, "fp32", batch)[0])
-        p_decode = float(model.decode_s(c, dev, context, "fp32", batch)[0])
         row = {
             "family": family,
             "arch": arch.name,
@@ -259,14 +278,14 @@ def main() -> None:
             "batch": batch,
             "outside": outside(arch, setting),
             "ttft_ms": 1e3 * ttft,
-            "ttft_pred_ms": 1e3 * p_ttft,
             "ttft_builds_ms": [1e3 * b[0] for b in timed],
             "decode_builds_ms": [1e3 * b[1] for b in timed],
             "first_pass_builds": first,
             "decode_ms": 1e3 * decode,
-            "decode_pred_ms": 1e3 * p_decode,
             "sentinels": [list(r) for r in now],
         }
+        predict(row, arch, dev)
+        p_ttft, p_decode = row["ttft_pred_ms"] / 1e3, row["decode_pred_ms"] / 1e3
         rows.append(row)
         print(
             f"{arch.name:24s} P{prompt:<4d} C{context:<5d} B{batch} "
@@ -321,10 +340,36 @@ def main() -> None:
             )
         )
         print(f"sentinels, {q} measured / predicted over the run (working set: range): {spans}")
+    result["summary"] = report(rows, speed)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"saved {out}")
+
+
+def predict(row: dict, arch: ArchConfig, dev) -> None:
+    """Fill `row` (a held-out architecture at its setting) with its predictions on `dev` and
+    the errors they carry (`model.latency_errors`; the profile's one figure beside them)."""
+    c = columns(arch)
+    settings = dict(prompt=row["prompt"], context=row["context"], batch=row["batch"])
+    row["ttft_pred_ms"] = 1e3 * float(model.ttft_s(c, dev, row["prompt"], "fp32", row["batch"])[0])
+    row["decode_pred_ms"] = 1e3 * float(
+        model.decode_s(c, dev, row["context"], "fp32", row["batch"])[0]
+    )
+    for q in ("ttft", "decode"):
+        errors = model.latency_errors(c, dev, f"{q}_ms", "fp32", **settings)
+        if errors is not None:
+            row[f"{q}_error"] = float(errors[0])
+            row[f"{q}_profile_error"] = latency_error(dev, f"{q}_ms")
+
+
+def report(rows: list[dict], speed: dict[str, float | None]) -> dict:
+    """Print and return the figures of `rows` per quantity (`summary`)."""
+    out = {}
     for q in ("ttft", "decode"):
         s = summary(rows, q, speed[q])
         s["outside_calibration"] = summary([r for r in rows if r["outside"]], q, speed[q])
-        result["summary"][q] = s
+        out[q] = s
         worst = max(s["bias_percent_by_family"].items(), key=lambda kv: abs(kv[1]))
         print(
             f"{q}: within +-5/10/20% {s['within_5']:.0%}/{s['within_10']:.0%}/"
@@ -339,19 +384,36 @@ def main() -> None:
                 f"  retest (the two passes, the least of each): within +-10% "
                 f"{s['retest_within_10']:.0%}, MAPE {s['retest_mape_percent']:.1f}%"
             )
-        at = s["at_drift"]
-        print(
-            f"  at the machine's speed now (predictions x drift {at['drift']:.3f}): within "
-            f"+-10% {at['within_10']:.0%}, MAPE {at['mape_percent']:.1f}%"
-        )
+        if "at_drift" in s:
+            at = s["at_drift"]
+            print(
+                f"  at the machine's speed now (predictions x drift {at['drift']:.3f}): within "
+                f"+-10% {at['within_10']:.0%}, MAPE {at['mape_percent']:.1f}%"
+            )
+        if "stated" in s:
+            st = s["stated"]
+            print(
+                f"  inside their stated +- (by working set, median +-"
+                f"{st['median_own_percent']:.0f}%): {st['within_own']:.0%}; inside the "
+                f"profile's one +-{st['profile_percent']:.0f}%: {st['within_profile']:.0%}"
+            )
         print(
             "  bias by family (%): "
             + ", ".join(f"{f} {b:+.1f}" for f, b in s["bias_percent_by_family"].items())
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"saved {out}")
+    return out
+
+
+def rescore(path: str, device: str) -> None:
+    """A saved run's timings priced again on `device`: its figures, printed."""
+    saved = json.loads(Path(path).read_text())
+    dev = load_device(device)
+    archs = {arch.summary(): arch for _, arch, _ in cases(3)}
+    rows = saved["rows"]
+    for row in rows:
+        predict(row, archs[row["summary"]], dev)
+    print(f"{path}: {len(rows)} architectures timed on {saved['device']}'s run, priced on {device}")
+    report(rows, {"ttft": None, "decode": None})
 
 
 if __name__ == "__main__":

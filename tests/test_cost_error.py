@@ -209,7 +209,7 @@ def test_margin_error_prunes_exactly_the_candidates_whose_upper_bound_exceeds_th
     assert list(res.feasible) == list(values * (1 + error) <= 150)
     assert list(plain.feasible) == list(values <= 150)
     assert res.pruned_by[label] > plain.pruned_by[label]
-    assert res.margins[label] == error and plain.margins[label] == 0.0
+    assert (res.margins[label] == error).all() and (plain.margins[label] == 0.0).all()
 
 
 def test_margin_on_the_command_line_and_its_bad_values(tmp_path, capsys):

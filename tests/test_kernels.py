@@ -790,12 +790,23 @@ def test_a_table_prices_each_row_as_alone(tmp_path_factory, picks):
         np.testing.assert_allclose(got, alone, rtol=1e-12)
 
 
-def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, capsys):
+def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, capsys, monkeypatch):
+    from archsearch.cost import kernel_fit
+
+    monkeypatch.setattr(kernel_fit, "LEAVE_ONE_OUT", 2)  # quick mode's two glue models
     out = tmp_path / "local.yaml"
     args = ["calibrate", "threads=1", "repeats=1", "quick=true", f"output={out}", "format=json"]
     assert main(args) == 0
     raw = json.loads(capsys.readouterr().out)["raw"]
     dev = load_device(str(out))
+    # the check pools the held-out models' predictions and the glue models' left out
+    pooled = [(r["measured_s"], r["predicted_s"]) for r in raw["kernels"]["validation"]]
+    pooled += [(r["measured_s"], r["left_out_s"]) for r in raw["kernels"]["glue"]]
+    for i, quantity in enumerate(("ttft", "decode")):
+        v = dev.validation[quantity]
+        errors = [abs(p[i] / m[i] - 1) for m, p in pooled]
+        assert v.n == len(pooled) == 4 and "2 glue models" in v.method
+        assert v.mape == pytest.approx(np.mean(errors), abs=1e-4)
     # the bandwidth efficiency is measured (a GEMV beyond the cache), never fitted to the small
     # reference models, whose weights the cache holds
     gemv_share = raw["bandwidth"]["gemv"] / max(raw["bandwidth"]["read"], raw["bandwidth"]["copy"])

@@ -221,6 +221,7 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     survivors = res.survivors
     order = rank(space, survivors, device)
     shown = [survivors[i] for i in order[: cfg.show]]
+    idx = {id(c): i for i, c in enumerate(res.candidates)}
     data = {
         "space": space.name,
         "device": device,
@@ -231,12 +232,21 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
         "candidates": len(res.candidates),
         "survivors": len(survivors),
         "pruned_by_constraint": res.pruned_by,
-        "latency_error": res.errors,  # relative error of each latency constraint's prediction
-        "margin": res.margins,  # what each bound was widened by (margin: error)
+        # [least, most] over the candidates of each latency constraint's relative error, and
+        # of what each bound was widened by (margin: error)
+        "latency_error": {n: _span(e) for n, e in res.errors.items()},
+        "margin": {n: _span(m) for n, m in res.margins.items()},
         "latency_provenance": describe_error(load_device(device)),
         "seconds": round(elapsed, 3),
         "shown": [
-            {"hash": c.arch.arch_hash, "summary": c.arch.summary(), "params": c.assignment}
+            {
+                "hash": c.arch.arch_hash,
+                "summary": c.arch.summary(),
+                "params": c.assignment,
+                "latency_error": {
+                    n: None if e is None else float(e[idx[id(c)]]) for n, e in res.errors.items()
+                },
+            }
             for c in shown
         ],
     }
@@ -256,8 +266,8 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
         [
             f"pruned by {name}"
             + (
-                f" x (1 + {100 * res.margins[name]:.0f}%): margin: error"
-                if res.margins[name]
+                f" x (1 + {_percent_span(res.margins[name])}): margin: error"
+                if np.any(res.margins[name])
                 else ""
             ),
             n,
@@ -273,12 +283,18 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     )
     if shown:
         cols = list(res.values)
-        idx = {id(c): i for i, c in enumerate(res.candidates)}
         table_rows = [
             [
                 c.arch.arch_hash,
                 c.arch.summary(),
-                *[_fmt_metric(n, res.values[n][idx[id(c)]], res.errors[n]) for n in cols],
+                *[
+                    _fmt_metric(
+                        n,
+                        res.values[n][idx[id(c)]],
+                        None if res.errors[n] is None else res.errors[n][idx[id(c)]],
+                    )
+                    for n in cols
+                ],
             ]
             for c in shown
         ]
@@ -296,6 +312,21 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     return 0
 
 
+def _span(values: np.ndarray | None) -> list[float] | None:
+    """[least, most] of per-candidate figures (None: none, or no candidate)."""
+    if values is None or len(values) == 0:
+        return None
+    return [float(np.min(values)), float(np.max(values))]
+
+
+def _percent_span(values: np.ndarray) -> str:
+    """'14%', or '10-40% by working set' where candidates' errors differ."""
+    lo, hi = _span(values) or [0.0, 0.0]
+    if round(100 * lo) == round(100 * hi):
+        return f"{100 * hi:.0f}%"
+    return f"{100 * lo:.0f}-{100 * hi:.0f}% by working set"
+
+
 def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
     if "bytes" in name:
         return output.human(v, "B")
@@ -311,6 +342,7 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.calibrate import calibrate, write_profile
+    from archsearch.cost.devices import WorkingSetBands, describe_bands
 
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")
@@ -362,11 +394,15 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
             ]
         )
     for quantity, v in (prof.get("validation") or {}).items():
+        bands = v.get("by_working_set")
         rows.append(
             [
                 f"held-out {quantity} error",
                 f"MAPE {100 * v['mape']:.1f}%, within +-10% {100 * v['within_10']:.0f}% "
-                f"of {v['n']} models",
+                f"of {v['n']} predictions, 90th percentile +-{100 * v.get('p90', v['mape']):.0f}%"
+                + (
+                    f"; by working set: {describe_bands(WorkingSetBands(**bands))}" if bands else ""
+                ),
             ]
         )
     title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"

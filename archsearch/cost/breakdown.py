@@ -14,9 +14,11 @@ import numpy as np
 from archsearch.arch import ArchConfig
 from archsearch.cost import model, traced
 from archsearch.cost.counts import block_modules, model_ops, params, state_elements
-from archsearch.cost.devices import DeviceProfile, describe_error, latency_error
+from archsearch.cost.devices import DeviceProfile, describe_error
 from archsearch.cost.evaluate import columns
 from archsearch.cost.ops import CATEGORIES, Columns, Phase
+
+LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")
 
 
 def cost_report(
@@ -77,6 +79,7 @@ def cost_report(
         "decode_tokens_per_s": 1e3 * B / dec,
         "prefill_tokens_per_s": 1e3 * prompt * B / ttft,
     }
+    settings = {"prompt": prompt, "context": context, "generate": generate, "batch": B}
     r = arch.resolved()
     notes = []
     if context > r.max_seq_len or prompt + generate > r.max_seq_len:
@@ -92,16 +95,24 @@ def cost_report(
         "summary": arch.summary(),
         "device": device.name,
         # the relative error each predicted latency carries on this device (None: unknown)
-        "latency_error": {m: latency_error(device, m) for m in ("ttft_ms", "decode_ms", "e2e_ms")},
+        "latency_error": {m: _error(c, device, m, precision, settings) for m in LATENCIES},
         "latency_provenance": describe_error(device),
         "precision": precision,
         "cache_bits": model.cache_bits(precision),
-        "settings": {"prompt": prompt, "context": context, "generate": generate, "batch": B},
+        "settings": settings,
         "breakdown": rows,
         "totals": totals,
         "notes": notes,
         "traced": traced_parts,
     }
+
+
+def _error(
+    c: Columns, device: DeviceProfile, metric: str, precision: str, settings: dict
+) -> float | None:
+    """The relative error of one architecture's predicted latency (`model.latency_errors`)."""
+    errors = model.latency_errors(c, device, metric, precision, **settings)
+    return None if errors is None else float(errors[0])
 
 
 def _seconds_by_category(timed: list) -> dict[str, float]:

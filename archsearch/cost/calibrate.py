@@ -404,7 +404,7 @@ def calibrate(
     checked = "no held-out model ran there"
     if learned["validation"]:
         profile["validation"] = learned["validation"]
-        checked = f"checked on {learned['validation']['ttft']['n']} held-out models"
+        checked = f"checked on {learned['validation']['ttft']['n']} held-out predictions"
     profile["provenance"] = {
         "kind": "measured",
         "reason": f"archsearch calibrate on this machine ({where}): kernels timed in "

@@ -9,8 +9,10 @@ machine and writes the `local` profile.
 
 Every profile says how it was obtained (`provenance`: `measured` by calibrate on the device,
 or `published-fit` to published throughputs, with a one-line reason) and how well it predicts
-(`validation`: held-out figures per quantity, `ttft` and `decode`). `latency_error` turns them
-into the relative error a prediction on the device carries.
+(`validation`: held-out figures per quantity, `ttft` and `decode`, and for a measured profile
+the same figures by the working set of what was predicted, `by_working_set`). `latency_error`
+turns them into the relative error a prediction on the device carries, `latency_errors` into
+each prediction's by its working set.
 
 Profiles measured under a name of the user's (`archsearch calibrate name=NAME`, on this machine
 or on a Ray node: `device_resource=`) live in the user device folder (`user_devices_dir`:
@@ -22,12 +24,15 @@ they may not take. A measured profile records the machine it was measured on (`m
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from archsearch import plugins, yamlio
 from archsearch.cost.kernels import Kernels, parse_kernels
@@ -66,6 +71,27 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class WorkingSetBands:
+    """Held-out |error| by the working set of the predicted phase (fp32 bytes of its weights and
+    decode state, `kernel_latency.working_set`): `edges` (increasing) split working sets into
+    len(edges) + 1 bands, band i holding `n[i]` predictions whose 90th percentile of |error| is
+    `p90[i]`. A prediction misses by more near the edge of a shared cache, whose share a VM's
+    neighbours move, than well inside or beyond it (`archsearch.cost.kernel_fit`)."""
+
+    edges: tuple[float, ...]  # bytes
+    p90: tuple[float, ...]
+    n: tuple[int, ...]
+
+    def at(self, working_set) -> np.ndarray:
+        """The error of the band each working set (bytes, scalar or array) falls in."""
+        band = np.searchsorted(self.edges, np.asarray(working_set, dtype=np.float64), "right")
+        return np.asarray(self.p90)[band]
+
+    def to_dict(self) -> dict[str, list]:
+        return {"edges": list(self.edges), "p90": list(self.p90), "n": list(self.n)}
+
+
+@dataclass(frozen=True)
 class Validation:
     """Held-out accuracy of one predicted quantity: relative errors |pred / measured - 1| of
     `n` predictions the fit did not see (`method` says which: held-out models, leave-one-out)."""
@@ -75,6 +101,7 @@ class Validation:
     n: int
     method: str
     p90: float | None = None  # 90th percentile of the absolute relative error
+    by_working_set: WorkingSetBands | None = None
 
     @property
     def error(self) -> float:
@@ -82,6 +109,13 @@ class Validation:
         absolute error where known (a band that holds for nine predictions in ten), else the
         mean (MAPE)."""
         return self.p90 if self.p90 is not None else self.mape
+
+    def error_at(self, working_set) -> np.ndarray:
+        """The error of predictions of these working sets (bytes): their band's where the
+        profile gives bands, else `error` for each."""
+        if self.by_working_set is None:
+            return np.full(np.shape(working_set), self.error)
+        return self.by_working_set.at(working_set)
 
 
 @dataclass(frozen=True)
@@ -273,7 +307,7 @@ def _validation(raw: Any, source: str) -> dict[str, Validation]:
             raise UserError(
                 f"unknown quantity (known: {', '.join(QUANTITIES)})", source=source, key=key
             )
-        fields = {"mape", "within_10", "n", "method", "p90"}
+        fields = {"mape", "within_10", "n", "method", "p90", "by_working_set"}
         if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
             raise UserError(
                 "expected {mape, within_10, n, method} (and optionally p90)", source=source, key=key
@@ -309,8 +343,36 @@ def _validation(raw: Any, source: str) -> dict[str, Validation]:
             p90=None
             if p90 is None
             else _number(p90, source=source, key=f"{key}.p90", zero_ok=True),
+            by_working_set=_bands(entry.get("by_working_set"), source, f"{key}.by_working_set"),
         )
     return out
+
+
+def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
+    if raw is None:
+        return None
+    expected = (
+        "expected {edges: [bytes, increasing], p90: [...], n: [...]}, one more p90 and n than edges"
+    )
+    if not isinstance(raw, dict) or set(map(str, raw)) != {"edges", "p90", "n"}:
+        raise UserError(expected, source=source, key=key)
+    if not all(isinstance(raw[k], list) for k in ("edges", "p90", "n")):
+        raise UserError(expected, source=source, key=key)
+    edges = [_number(e, source=source, key=f"{key}.edges.{i}") for i, e in enumerate(raw["edges"])]
+    p90 = [
+        _number(e, source=source, key=f"{key}.p90.{i}", zero_ok=True)
+        for i, e in enumerate(raw["p90"])
+    ]
+    for i, n in enumerate(raw["n"]):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise UserError(
+                f"expected a positive integer, got {n!r}", source=source, key=f"{key}.n.{i}"
+            )
+    if any(b <= a for a, b in itertools.pairwise(edges)):
+        raise UserError(f"edges must increase, got {edges}", source=source, key=f"{key}.edges")
+    if not len(p90) == len(raw["n"]) == len(edges) + 1:
+        raise UserError(expected, source=source, key=key)
+    return WorkingSetBands(tuple(edges), tuple(p90), tuple(raw["n"]))
 
 
 def latency_error(device: DeviceProfile, metric: str) -> float | None:
@@ -325,6 +387,23 @@ def latency_error(device: DeviceProfile, metric: str) -> float | None:
     if not all(q in device.validation for q in quantities):
         return None
     return max(device.validation[q].error for q in quantities)
+
+
+def latency_errors(
+    device: DeviceProfile, metric: str, working_sets: dict[str, Any]
+) -> np.ndarray | None:
+    """`latency_error` per prediction: each quantity's error in the band of its working set
+    (`working_sets`: quantity -> bytes per prediction, `ttft` the prefill's, `decode` the
+    step's), where the profile gives bands (`Validation.by_working_set`), else its one figure;
+    e2e takes the larger of its parts. None where the profile has no validation figures."""
+    quantities = ERROR_QUANTITIES.get(metric)
+    if quantities is None:
+        raise ValueError(f"{metric!r} is not a latency metric")
+    if not all(q in device.validation for q in quantities):
+        return None
+    return np.maximum.reduce(
+        [np.asarray(device.validation[q].error_at(working_sets[q]), float) for q in quantities]
+    )
 
 
 def spec_error(spec: MetricSpec) -> float | None:
@@ -350,7 +429,9 @@ def describe_error(device: DeviceProfile) -> str:
         return f"{device.name}: {how}; no validation figures, so latencies carry no error (+-?)"
     figs = ", ".join(
         f"{q} +-{100 * v.error:.0f}% (MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% within "
-        f"+-10%, n={v.n})"
+        f"+-10%, n={v.n}"
+        + (f"; by working set: {describe_bands(v.by_working_set)}" if v.by_working_set else "")
+        + ")"
         for q, v in device.validation.items()
     )
     stat = (
@@ -360,6 +441,14 @@ def describe_error(device: DeviceProfile) -> str:
     )
     method = next(iter(device.validation.values())).method
     return f"{device.name}: {how}; +- is the {stat} of the held-out |error|: {figs}; {method}"
+
+
+def describe_bands(bands: WorkingSetBands) -> str:
+    """'below 14 MiB +-19% (n=10), 14-56 MiB +-86% (n=15), from 56 MiB +-24% (n=16)'."""
+    mib = [f"{e / 2**20:.0f}" for e in bands.edges]
+    where = [f"{lo}-{hi} MiB" for lo, hi in itertools.pairwise(mib)]
+    where = [f"below {mib[0]} MiB", *where, f"from {mib[-1]} MiB"] if mib else ["all"]
+    return ", ".join(f"{w} +-{100 * e:.0f}% (n={n})" for w, e, n in zip(where, bands.p90, bands.n))
 
 
 def _matmul_table(raw: Any, source: str) -> dict | None:

@@ -19,6 +19,9 @@ time per token is one step at context n; end-to-end is TTFT(P) plus G decode ste
 context P + (G-1)/2 (exact when the step time is affine in the context, as it is on either side
 of a roofline ridge).
 
+Each predicted latency carries the error its profile states (`latency_errors`): the held-out
+error in the band of the row's working set where the profile gives bands, else its one figure.
+
 The cost metrics of `archsearch.metrics` are registered here beside their formulas
 (`@evaluator`); the parameter counts are registered in `counts`.
 """
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from archsearch.cost import traced
+from archsearch.cost import devices, traced
 from archsearch.cost.counts import model_ops, params, state_elements
-from archsearch.cost.devices import DeviceProfile, load_device
+from archsearch.cost.devices import ERROR_QUANTITIES, DeviceProfile, latency_error, load_device
 from archsearch.cost.evaluate import evaluator
-from archsearch.cost.kernel_latency import kernel_seconds
+from archsearch.cost.kernel_latency import kernel_seconds, working_set
 from archsearch.cost.ops import Columns, Op, Phase
+from archsearch.metrics import MetricSpec
 
 WEIGHT_BITS = {"fp32": 32.0, "bf16": 16.0, "fp16": 16.0, "q8": 8.5, "q4": 4.5}
 ACT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "q8": 2.0, "q4": 2.0}
@@ -280,3 +284,52 @@ def decode_ms(c: Columns, device: str, context: int, precision: str) -> np.ndarr
 @evaluator("e2e_ms")
 def e2e_ms(c: Columns, device: str, prompt: int, generate: int, precision: str) -> np.ndarray:
     return 1e3 * e2e_s(c, load_device(device), prompt, generate, precision)
+
+
+def latency_errors(
+    c: Columns,
+    device: DeviceProfile,
+    metric: str,
+    precision: str,
+    *,
+    prompt: int = 0,
+    context: float = 0,
+    generate: int = 0,
+    batch: float = 1.0,
+) -> np.ndarray | None:
+    """The relative error each row's predicted latency metric (`ttft_ms`, `decode_ms`, `e2e_ms`
+    at these settings) carries on `device`: for fp32 on the kernel predictor, whose calibration
+    measured them, its held-out error in the band of the row's working set
+    (`devices.latency_errors`; e2e: the prefill's and the mean-context step's); else the
+    profile's one figure (`devices.latency_error`). None where the profile states none."""
+    one = latency_error(device, metric)
+    if one is None or precision != "fp32" or device.kernels is None:
+        return None if one is None else np.full(c.n, one)
+    phases = {}
+    if metric in ("ttft_ms", "e2e_ms"):
+        phases["ttft"] = Phase("forward", T=prompt, B=batch, causal="half")
+    if metric in ("decode_ms", "e2e_ms"):
+        n0 = context if metric == "decode_ms" else prompt + (generate - 1) / 2.0
+        phases["decode"] = Phase("step", T=1, n0=n0, B=batch)
+    out = np.empty(c.n)
+    for idx, sub in c.groups():
+        sets = {q: working_set(sub, p) for q, p in phases.items()}
+        out[idx] = devices.latency_errors(device, metric, sets)
+    return out
+
+
+def spec_errors(c: Columns, spec: MetricSpec) -> np.ndarray | None:
+    """`latency_errors` of a latency metric with its device named (None for other metrics, a
+    device left to the run, or a profile that states no error)."""
+    args = dict(spec.args)
+    if spec.metric not in ERROR_QUANTITIES or args.get("device") is None:
+        return None
+    return latency_errors(
+        c,
+        load_device(args["device"]),
+        spec.metric,
+        args["precision"],
+        prompt=args.get("prompt", 0),
+        context=args.get("context", 0),
+        generate=args.get("generate", 0),
+    )

@@ -4,7 +4,8 @@
 every candidate, evaluates every cost constraint of the space on the vectorised table and
 reports the survivors and, for each constraint, how many candidates it pruned; `rank` orders
 candidates by the space's first cost objective. A latency constraint with `margin: error`
-bounds the prediction times (1 + its device's `latency_error`) (`margin_error`).
+bounds each prediction times (1 + its error: `model.latency_errors`, by its working set where
+the device profile gives bands) (`margin_errors`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from archsearch.cost.devices import latency_error, load_device, spec_error
 from archsearch.cost.evaluate import metric_values
+from archsearch.cost.model import spec_errors
 from archsearch.cost.ops import Columns
 from archsearch.errors import UserError
 from archsearch.metrics import Constraint, MetricSpec
@@ -36,10 +37,11 @@ class PruneResult:
     candidates: list[Candidate] = field(default_factory=list)  # distinct valid ones
     values: dict[str, np.ndarray] = field(default_factory=dict)  # constraint metric per candidate
     pruned_by: dict[str, int] = field(default_factory=dict)  # candidates failing each constraint
-    # the relative error of each latency constraint's prediction (None: not a latency, or its
-    # profile states none) and the margin its bound was widened by (0 without `margin: error`)
-    errors: dict[str, float | None] = field(default_factory=dict)
-    margins: dict[str, float] = field(default_factory=dict)
+    # per candidate, the relative error of each latency constraint's prediction (None: not a
+    # latency, or its profile states none) and the margin its bound was widened by (0 without
+    # `margin: error`)
+    errors: dict[str, np.ndarray | None] = field(default_factory=dict)
+    margins: dict[str, np.ndarray] = field(default_factory=dict)
     feasible: np.ndarray | None = None
     sampled: bool = False
 
@@ -93,36 +95,35 @@ def prune(
                 continue
             spec = con.spec.on_device(device, only_unset=True)
             values = metric_values(c, spec)
-            error = margin_error(con, spec)
+            errors = spec_errors(c, spec)
+            margin = margin_errors(con, spec, errors, len(values))
             ok = np.ones(len(values), dtype=bool)
             if con.max is not None:
-                ok &= values * (1.0 + error) <= con.max
+                ok &= values * (1.0 + margin) <= con.max
             if con.min is not None:
-                ok &= values * (1.0 - error) >= con.min
+                ok &= values * (1.0 - margin) >= con.min
             res.values[con.name] = values
-            res.errors[con.name] = spec_error(spec)
-            res.margins[con.name] = error
+            res.errors[con.name] = errors
+            res.margins[con.name] = margin
             res.pruned_by[con.name] = int((~ok).sum())
             feasible &= ok
     res.feasible = feasible
     return res
 
 
-def margin_error(con: Constraint, spec: MetricSpec) -> float:
-    """The relative error a constraint's bound is widened by: the device profile's
-    `latency_error` of the metric under `margin: error`, else 0. A profile without validation
-    figures cannot give one: a one-line error naming the constraint."""
+def margin_errors(con: Constraint, spec: MetricSpec, errors: np.ndarray | None, n: int):
+    """The relative error each candidate's bound is widened by: its prediction's `errors`
+    (`model.spec_errors`) under `margin: error`, else 0. A profile without validation figures
+    cannot give one: a one-line error naming the constraint."""
     if con.margin != "error":
-        return 0.0
-    device = spec.arg("device")
-    error = latency_error(load_device(device), spec.metric)
-    if error is None:
+        return np.zeros(n)
+    if errors is None:
         raise UserError(
-            f"margin: error on {con.name}, but the {device!r} profile has no validation figures "
-            "(recalibrate it, or drop the margin)",
+            f"margin: error on {con.name}, but the {spec.arg('device')!r} profile has no "
+            "validation figures (recalibrate it, or drop the margin)",
             key="constraints.margin",
         )
-    return error
+    return errors
 
 
 def rank(space: SearchSpace, candidates: list[Candidate], device: str) -> list[int]:

@@ -68,7 +68,9 @@ def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig)
     the run's `device` and any device the space names), the default latencies on each of them,
     and the constraints judged on the run's `device` (or the device a constraint names)."""
     from archsearch.cost import metric_value
-    from archsearch.cost.table import margin_error
+    from archsearch.cost.evaluate import columns
+    from archsearch.cost.model import spec_errors
+    from archsearch.cost.table import margin_errors
 
     specs = [o.spec for o in space.objectives] + [c.spec for c in space.constraints]
     named = {dict(s.args)["device"] for s in specs if dict(s.args).get("device")}
@@ -93,9 +95,9 @@ def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig)
     priced = Priced(arch, costs, device_costs, {}, [])
     for c in space.constraints:
         value = priced.value(c.spec, device)
-        priced.violations[c.name] = c.violation(
-            value, margin_error(c, c.spec.on_device(device, only_unset=True))
-        )
+        spec = c.spec.on_device(device, only_unset=True)
+        margin = margin_errors(c, spec, spec_errors(columns(arch), spec), 1)
+        priced.violations[c.name] = c.violation(value, float(margin[0]))
         if priced.violations[c.name] > 0:
             priced.reasons.append(f"{c.describe()} but is {value:.4g}")
     return priced
