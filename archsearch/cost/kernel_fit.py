@@ -294,14 +294,16 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
 
 def kernel_steps(quick: bool, samples: int = 128) -> int:
     """Progress steps `fit_kernels` reports: dispatch, memory, GEMM passes, each kernel's every
-    pass, each whole model timed, the model-level fit. Steps of about a second or two each (a
+    pass, each whole model timed, the model-level fit, the glue models left out of it (when
+    there are `LEAVE_ONE_OUT`). Steps of about a second or two each (a
     pass of one kernel, one whole model), so that a progress line's ETA, the pace so far times
     the steps left, holds (with one step per pass of every kernel it said 24 s left with 3 min
     to go)."""
     plan = _plan(quick, samples)
     passes = max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"])
-    models = len(glue_models()[: plan["glue"]]) + len(validation_models()[: plan["validation"]])
-    return 3 + passes * len(plan["kernels"]) + models + 1
+    glue = len(glue_models()[: plan["glue"]])
+    models = glue + len(validation_models()[: plan["validation"]])
+    return 3 + passes * len(plan["kernels"]) + models + 1 + (glue >= LEAVE_ONE_OUT)
 
 
 def _budget(kernel: str, samples: int) -> int:
