@@ -39,10 +39,10 @@
    twelve held-out models alone gave a 90th percentile that moved from 19% to 89% between
    calibrations on the EPYC VM, ten of them decoding 8-22 MiB, at the edge of its 32 MiB L3
    share, where decode errors run both ways and widest; pooled with the 29 glue models (3-245
-   MiB) and split by working set, decode's bands read 14-46% below half the cache, 16-86%
-   around it and 19-43% beyond in five calibrations, and the benchmark's held-out
-   architectures fell inside their band's +- for 83-96% of decode steps (90% is what a 90th
-   percentile promises), against 83-100% with one figure 0.19-0.89 wide.
+   MiB) and split by working set, decode's bands read 11-46% below half the cache, 11-86%
+   around it and 19-43% beyond in six calibrations, and each calibration's benchmark found
+   its held-out architectures inside their band's +- for 83-96% of decode steps (90% is what
+   a 90th percentile promises), against 83-100% with the twelve's one figure, 0.11-0.89 wide.
 """
 
 from __future__ import annotations
