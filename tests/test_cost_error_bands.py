@@ -164,17 +164,20 @@ def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
 
 
 def test_a_glue_models_left_out_prediction_never_sees_its_own_timing():
-    from archsearch.cost.kernel_fit import _left_out, glue_models
+    from archsearch.cost.kernel_fit import _glue_inputs, _left_out, glue_models
 
     dev = load_device("local")
     models = glue_models()[:8]
     predicted = [(0.01 * (i + 1), 0.001 * (i + 1)) for i in range(len(models))]
     measured = [(t * (1.1 + 0.02 * i), s * (1.3 - 0.03 * i)) for i, (t, s) in enumerate(predicted)]
     memory = dev.kernels.glue["step"]
-    base = _left_out(dev, dev.kernels, models, measured, predicted, memory)
+    base = _left_out(
+        dev, dev.kernels, models, _glue_inputs(dev, models, measured, predicted), memory
+    )
     moved = list(measured)
     moved[3] = (3 * measured[3][0], 3 * measured[3][1])
-    again = _left_out(dev, dev.kernels, models, moved, predicted, memory)
+    inputs = _glue_inputs(dev, models, moved, predicted)
+    again = _left_out(dev, dev.kernels, models, inputs, memory)
     assert again[3] == base[3]  # its own fit left it out
     assert any(again[j] != base[j] for j in range(len(models)) if j != 3)  # the others' saw it
 

@@ -14,11 +14,9 @@ import numpy as np
 from archsearch.arch import ArchConfig
 from archsearch.cost import model, traced
 from archsearch.cost.counts import block_modules, model_ops, params, state_elements
-from archsearch.cost.devices import DeviceProfile, describe_error
+from archsearch.cost.devices import ERROR_QUANTITIES, DeviceProfile, describe_error
 from archsearch.cost.evaluate import columns
 from archsearch.cost.ops import CATEGORIES, Columns, Phase
-
-LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")
 
 
 def cost_report(
@@ -35,8 +33,8 @@ def cost_report(
     totals of one architecture on a device."""
     c = columns(arch)
     B = batch
-    prefill = Phase("forward", T=prompt, B=B, causal="half")
-    step = Phase("step", T=1, n0=context, B=B)
+    prefill = model.prefill_phase(prompt, B)
+    step = model.step_phase(context, B)
     last = 1.0 if device.prefill_logits == "last" else None
     t_prefill = _seconds_by_category(
         model.op_seconds(c, prefill, device, precision, lm_head_tokens=last)
@@ -95,7 +93,7 @@ def cost_report(
         "summary": arch.summary(),
         "device": device.name,
         # the relative error each predicted latency carries on this device (None: unknown)
-        "latency_error": {m: _error(c, device, m, precision, settings) for m in LATENCIES},
+        "latency_error": {m: _error(c, device, m, precision, settings) for m in ERROR_QUANTITIES},
         "latency_provenance": describe_error(device),
         "precision": precision,
         "cache_bits": model.cache_bits(precision),

@@ -79,6 +79,7 @@ from archsearch.cost.kernel_latency import (
     working_set,
 )
 from archsearch.cost.kernels import KERNELS, NO_GLUE, PHASES, Cache, Glue, Kernels, Passes
+from archsearch.cost.model import prefill_phase, step_phase
 from archsearch.cost.ops import Columns, Phase
 from archsearch.runtimes import ExportError
 
@@ -144,10 +145,7 @@ class WholeModel(NamedTuple):
     def phases(self) -> tuple[Phase, Phase]:
         """The prefill of `prompt` tokens and the decode step after `context`, on `batch`
         sequences."""
-        return (
-            Phase("forward", T=self.prompt, B=self.batch, causal="half"),
-            Phase("step", T=1, n0=self.context, B=self.batch),
-        )
+        return prefill_phase(self.prompt, self.batch), step_phase(self.context, self.batch)
 
     def working_sets(self) -> tuple[float, float]:
         """The working sets (bytes) of the prefill and the decode step
@@ -671,21 +669,26 @@ def _setting(m: WholeModel) -> dict[str, Any]:
     return {"arch": m.arch.summary(), "prompt": m.prompt, "context": m.context, "batch": m.batch}
 
 
-def _left_out(device: DeviceProfile, kernels: Kernels, models, measured, predicted, memory):
+def _glue_inputs(device: DeviceProfile, models, measured, predicted) -> tuple[list, ...]:
+    """Per model, what `_fit_glue` takes beside the memory probe: (measured, predicted,
+    layers, working sets, step GEMMs, restreamed bytes); `device` carries the kernels."""
+    return (
+        list(measured),
+        list(predicted),
+        [m.arch.n_layers for m in models],
+        [m.working_sets() for m in models],
+        [m.step_gemms(device) for m in models],
+        [m.restreamed(device.kernels.passes) for m in models],
+    )
+
+
+def _left_out(device: DeviceProfile, kernels: Kernels, models, inputs, memory):
     """Each of the glue models `models` predicted (seconds to first token, of the decode step)
-    by the model-level terms fitted to the others (`_fit_glue`), `predicted` their kernels'
-    sums."""
-    fitted = _with(device, kernels)
-    layers = [m.arch.n_layers for m in models]
-    working = [m.working_sets() for m in models]
-    gemms = [m.step_gemms(fitted) for m in models]
-    again = [m.restreamed(kernels.passes) for m in models]
+    by the model-level terms fitted to the others (`_fit_glue` on their `inputs`, from
+    `_glue_inputs`)."""
     out = []
     for i, m in enumerate(models):
-        rest = [
-            [v for j, v in enumerate(values) if j != i]
-            for values in (measured, predicted, layers, working, gemms, again)
-        ]
+        rest = [[v for j, v in enumerate(values) if j != i] for values in inputs]
         glue = _fit_glue(*rest[:4], memory, *rest[4:])
         out.append(m.predicted(_with(device, dataclasses.replace(kernels, glue=glue))))
     return out
@@ -848,12 +851,9 @@ def fit_kernels(
 
     glue_archs, glue_meas = timed(glue_models()[: plan["glue"]], "model-level terms")
     glue_pred = [m.predicted(_with(device, kernels)) for m in glue_archs]
-    working = [m.working_sets() for m in glue_archs]
+    inputs = _glue_inputs(_with(device, kernels), glue_archs, glue_meas, glue_pred)
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
-        layers = [m.arch.n_layers for m in glue_archs]
-        gemms = [m.step_gemms(_with(device, kernels)) for m in glue_archs]
-        again = [m.restreamed(kernels.passes) for m in glue_archs]
-        glue = _fit_glue(glue_meas, glue_pred, layers, working, memory, gemms, again)
+        glue = _fit_glue(*inputs[:4], memory, *inputs[4:])
     else:
         glue = {phase: memory for phase in PHASES}
     kernels = dataclasses.replace(kernels, glue=glue)
@@ -866,7 +866,7 @@ def fit_kernels(
     val_pred = [m.predicted(fitted) for m in held_out]
     left_out = []
     if held_out and len(glue_archs) >= LEAVE_ONE_OUT:
-        left_out = _left_out(device, kernels, glue_archs, glue_meas, glue_pred, memory)
+        left_out = _left_out(device, kernels, glue_archs, inputs, memory)
         note(f"{len(left_out)} glue models predicted, each left out of the model-level fit")
     checked = held_out + glue_archs[: len(left_out)]
     capacity = memory.caches[-1].hi if memory.caches else 0.0

@@ -238,13 +238,28 @@ def phase_seconds(
     return total
 
 
+def prefill_phase(prompt: int, batch: float = 1.0) -> Phase:
+    """The forward pass over a prompt that time to first token times."""
+    return Phase("forward", T=prompt, B=batch, causal="half")
+
+
+def step_phase(context, batch: float = 1.0) -> Phase:
+    """One decode step at `context`."""
+    return Phase("step", T=1, n0=context, B=batch)
+
+
+def mean_context(prompt: int, generate: int) -> float:
+    """The context of end to end's average decode step: P + (G - 1) / 2."""
+    return prompt + (generate - 1) / 2.0
+
+
 def ttft_s(
     c: Columns, device: DeviceProfile, prompt: int, precision: str, batch: float = 1.0
 ) -> np.ndarray:
     last_only = device.prefill_logits == "last"
     return phase_seconds(
         c,
-        Phase("forward", T=prompt, B=batch, causal="half"),
+        prefill_phase(prompt, batch),
         device,
         precision,
         lm_head_tokens=1.0 if last_only else None,
@@ -254,7 +269,7 @@ def ttft_s(
 def decode_s(
     c: Columns, device: DeviceProfile, context, precision: str, batch: float = 1.0
 ) -> np.ndarray:
-    return phase_seconds(c, Phase("step", T=1, n0=context, B=batch), device, precision)
+    return phase_seconds(c, step_phase(context, batch), device, precision)
 
 
 def e2e_s(
@@ -265,9 +280,8 @@ def e2e_s(
     precision: str,
     batch: float = 1.0,
 ) -> np.ndarray:
-    mid = prompt + (generate - 1) / 2.0
     return ttft_s(c, device, prompt, precision, batch) + generate * decode_s(
-        c, device, mid, precision, batch
+        c, device, mean_context(prompt, generate), precision, batch
     )
 
 
@@ -307,10 +321,10 @@ def latency_errors(
         return None if one is None else np.full(c.n, one)
     phases = {}
     if metric in ("ttft_ms", "e2e_ms"):
-        phases["ttft"] = Phase("forward", T=prompt, B=batch, causal="half")
+        phases["ttft"] = prefill_phase(prompt, batch)
     if metric in ("decode_ms", "e2e_ms"):
-        n0 = context if metric == "decode_ms" else prompt + (generate - 1) / 2.0
-        phases["decode"] = Phase("step", T=1, n0=n0, B=batch)
+        n0 = context if metric == "decode_ms" else mean_context(prompt, generate)
+        phases["decode"] = step_phase(n0, batch)
     out = np.empty(c.n)
     for idx, sub in c.groups():
         sets = {q: working_set(sub, p) for q, p in phases.items()}

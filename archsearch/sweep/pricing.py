@@ -96,7 +96,8 @@ def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig)
     for c in space.constraints:
         value = priced.value(c.spec, device)
         spec = c.spec.on_device(device, only_unset=True)
-        margin = margin_errors(c, spec, spec_errors(columns(arch), spec), 1)
+        errors = spec_errors(columns(arch), spec) if c.margin == "error" else None
+        margin = margin_errors(c, spec, errors, 1)
         priced.violations[c.name] = c.violation(value, float(margin[0]))
         if priced.violations[c.name] > 0:
             priced.reasons.append(f"{c.describe()} but is {value:.4g}")
