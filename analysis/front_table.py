@@ -94,7 +94,7 @@ def seed_columns(p: Pareto) -> list[tuple[str, str]]:
 def axis_error(label: str) -> float | None:
     """The relative error a predicted latency (`decode_ms[rpi5,...]`) carries: its device
     profile's held-out error (`archsearch.cost.devices.latency_error`); None for other
-    metrics and for profiles without validation figures."""
+    metrics and where the profile has no check at its precision."""
     from archsearch.cost.devices import spec_error
 
     try:

@@ -34,8 +34,14 @@ band of its working set where the profile gives bands, else its one figure); the
 held-out architectures inside their own +- (a 90th percentile promises 90%) and the median +-
 are printed beside the share inside the profile's one figure.
 
+`--precision fp16` checks the roofline's half precision instead (a measured profile's kernel
+predictor prices fp32 only): every model timed in bf16 (`kernel_timing.DTYPES`), predicted at
+fp16, saved to results/latency_accuracy_fp16.json; architectures torch cannot run in bf16 on a
+CPU (gated DeltaNet, DeltaNet: no bf16 `triangular_solve`) are listed and left out.
+
 `--rescore results.json` prices a saved run's timings again on `--device` (no timing: seconds)
-and prints its figures, to read one set of measurements against several profiles.
+and prints its figures, to read one set of measurements against several profiles; with
+`--out` it saves them (the predictions and figures replaced, `rescored` naming the profile).
 
 How fast the machine is now against during calibration (`drift`): a shared VM's speed wanders
 by 10% and more over minutes. The models calibration fitted its model-level terms to
@@ -214,16 +220,24 @@ def sentinels() -> list[WholeModel]:
 
 
 def measured_over_predicted(
-    dev, runtime: str, repeats: int, models: list[WholeModel], instances: int = 3
+    dev,
+    runtime: str,
+    repeats: int,
+    models: list[WholeModel],
+    instances: int = 3,
+    precision: str = "fp32",
 ) -> list[tuple[float, float]]:
-    """(measured / predicted TTFT, decode) of each model now, the least over `instances`
-    builds: `drift` times every glue model, the sentinels one build each."""
+    """(measured / predicted TTFT, decode) of each model now at `precision`, the least over
+    `instances` builds: `drift` times every glue model, the sentinels one build each (nan for
+    a model torch cannot run at that precision)."""
     out = []
     for m in models:
-        (ttft, decode), (p_ttft, p_decode) = (
-            m.timed(runtime, repeats, 0.0, instances),
-            m.predicted(dev),
-        )
+        try:
+            ttft, decode = m.timed(runtime, repeats, 0.0, instances, precision)
+        except RuntimeError:  # no kernel for one of its ops in that dtype
+            out.append((float("nan"), float("nan")))
+            continue
+        p_ttft, p_decode = m.predicted(dev, precision)
         out.append((ttft / p_ttft, decode / p_decode))
     return out
 
@@ -235,19 +249,23 @@ def main() -> None:
     ap.add_argument("--instances", type=int, default=4, help="builds per architecture")
     ap.add_argument("--device", default="local")
     ap.add_argument("--runtime", default="torch")
-    ap.add_argument("--per-kind", type=int, default=3, help="architectures per kind")
     ap.add_argument(
-        "--out", default=str(Path(__file__).parent / "results" / "latency_accuracy.json")
+        "--precision",
+        default="fp32",
+        help="fp32 (the kernel predictor) or fp16 (the roofline; timed in bf16)",
     )
+    ap.add_argument("--per-kind", type=int, default=3, help="architectures per kind")
+    ap.add_argument("--out", help="default: results/latency_accuracy[_PRECISION].json")
     ap.add_argument("--rescore", help="a saved result: price its timings on --device, print")
     args = ap.parse_args()
     if args.rescore:
-        rescore(args.rescore, args.device)
+        rescore(args.rescore, args.device, args.out)
         return
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
     t0 = time.perf_counter()
-    before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models())
+    at = args.precision
+    before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models(), 3, at)
     watch = sentinels()
     watch_ws = np.array([m.working_sets() for m in watch])
     todo = cases(args.per_kind)
@@ -258,15 +276,23 @@ def main() -> None:
     for k in range(passes):
         for i, (_, arch, (prompt, context, batch)) in enumerate(todo):
             if k == 0:
-                watched.append(measured_over_predicted(dev, args.runtime, 3, watch, instances=1))
-            builds[i] += [
-                time_model_once(arch, args.runtime, prompt, context, args.repeats, 0.0, batch)
-                for _ in range(first if k == 0 else args.instances - first)
-            ]
+                watched.append(measured_over_predicted(dev, args.runtime, 3, watch, 1, at))
+            try:
+                builds[i] += [
+                    time_model_once(
+                        arch, args.runtime, prompt, context, args.repeats, 0.0, batch, at
+                    )
+                    for _ in range(first if k == 0 else args.instances - first)
+                ]
+            except RuntimeError as e:  # torch has no kernel for one of its ops at `at`
+                if k == 0:
+                    print(f"{arch.name}: not run at {at} ({str(e).splitlines()[0][:80]})")
             if k < passes - 1:
                 print(f"pass {k + 1}/{passes}: {i + 1}/{len(todo)} {arch.name}", flush=True)
     rows = []
     for (family, arch, setting), now, timed in zip(todo, watched, builds):
+        if not timed:
+            continue
         prompt, context, batch = setting
         ttft, decode = min(b[0] for b in timed), min(b[1] for b in timed)
         row = {
@@ -284,7 +310,7 @@ def main() -> None:
             "decode_ms": 1e3 * decode,
             "sentinels": [list(r) for r in now],
         }
-        predict(row, arch, dev)
+        predict(row, arch, dev, at)
         p_ttft, p_decode = row["ttft_pred_ms"] / 1e3, row["decode_pred_ms"] / 1e3
         rows.append(row)
         print(
@@ -295,10 +321,14 @@ def main() -> None:
             f"{p_decode / decode - 1:+6.1%})",
             flush=True,
         )
-    after = measured_over_predicted(dev, args.runtime, args.repeats, glue_models())
+    after = measured_over_predicted(dev, args.runtime, args.repeats, glue_models(), 3, at)
     ratios = np.array(before + after)
-    speed = {"ttft": float(np.median(ratios[:, 0])), "decode": float(np.median(ratios[:, 1]))}
+    speed = {
+        "ttft": float(np.nanmedian(ratios[:, 0])),
+        "decode": float(np.nanmedian(ratios[:, 1])),
+    }
     moved = np.array(after) / np.array(before) - 1  # [model, phase]
+    moved = moved[np.isfinite(moved).all(axis=1)]
     agree = {q: float(np.mean(np.abs(moved[:, i]) <= 0.10)) for i, q in enumerate(speed)}
     seen = np.array([r["sentinels"] for r in rows])  # [row, sentinel, phase]
     result = {
@@ -312,7 +342,10 @@ def main() -> None:
             "models": [m.arch.summary() for m in watch],
             "working_sets_mib": (watch_ws / 2**20).round(1).tolist(),
             "range": {
-                q: [seen[:, :, i].min(axis=0).tolist(), seen[:, :, i].max(axis=0).tolist()]
+                q: [
+                    np.nanmin(seen[:, :, i], axis=0).tolist(),
+                    np.nanmax(seen[:, :, i], axis=0).tolist(),
+                ]
                 for i, q in enumerate(("ttft", "decode"))
             },
         },
@@ -321,6 +354,7 @@ def main() -> None:
         "profile": dev.path,
         "kernel_predictor": dev.kernels is not None,
         "runtime": args.runtime,
+        "precision": at,
         "torch": str(torch.__version__),
         "seconds": round(time.perf_counter() - t0, 1),
         "summary": {},
@@ -336,31 +370,35 @@ def main() -> None:
         spans = ", ".join(
             f"{mib:.0f} MiB {lo:.2f}-{hi:.2f}"
             for mib, lo, hi in zip(
-                watch_ws[:, i] / 2**20, seen[:, :, i].min(axis=0), seen[:, :, i].max(axis=0)
+                watch_ws[:, i] / 2**20,
+                np.nanmin(seen[:, :, i], axis=0),
+                np.nanmax(seen[:, :, i], axis=0),
             )
         )
         print(f"sentinels, {q} measured / predicted over the run (working set: range): {spans}")
     result["summary"] = report(rows, speed)
-    out = Path(args.out)
+    suffix = "" if at == "fp32" else f"_{at}"
+    out = Path(args.out or Path(__file__).parent / "results" / f"latency_accuracy{suffix}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"saved {out}")
 
 
-def predict(row: dict, arch: ArchConfig, dev) -> None:
-    """Fill `row` (a held-out architecture at its setting) with its predictions on `dev` and
-    the errors they carry (`model.latency_errors`; the profile's one figure beside them)."""
+def predict(row: dict, arch: ArchConfig, dev, precision: str = "fp32") -> None:
+    """Fill `row` (a held-out architecture at its setting) with its predictions on `dev` at
+    `precision` and the errors they carry (`model.latency_errors`; the profile's one figure
+    beside them)."""
     c = columns(arch)
     settings = dict(prompt=row["prompt"], context=row["context"], batch=row["batch"])
-    row["ttft_pred_ms"] = 1e3 * float(model.ttft_s(c, dev, row["prompt"], "fp32", row["batch"])[0])
-    row["decode_pred_ms"] = 1e3 * float(
-        model.decode_s(c, dev, row["context"], "fp32", row["batch"])[0]
-    )
+    ttft = model.ttft_s(c, dev, row["prompt"], precision, row["batch"])
+    row["ttft_pred_ms"] = 1e3 * float(ttft[0])
+    decode = model.decode_s(c, dev, row["context"], precision, row["batch"])
+    row["decode_pred_ms"] = 1e3 * float(decode[0])
     for q in ("ttft", "decode"):
-        errors = model.latency_errors(c, dev, f"{q}_ms", "fp32", **settings)
+        errors = model.latency_errors(c, dev, f"{q}_ms", precision, **settings)
         if errors is not None:
             row[f"{q}_error"] = float(errors[0])
-            row[f"{q}_profile_error"] = latency_error(dev, f"{q}_ms")
+            row[f"{q}_profile_error"] = latency_error(dev, f"{q}_ms", precision)
 
 
 def report(rows: list[dict], speed: dict[str, float | None]) -> dict:
@@ -404,16 +442,22 @@ def report(rows: list[dict], speed: dict[str, float | None]) -> dict:
     return out
 
 
-def rescore(path: str, device: str) -> None:
-    """A saved run's timings priced again on `device`: its figures, printed."""
+def rescore(path: str, device: str, out: str | None = None) -> None:
+    """A saved run's timings priced again on `device`: its figures, printed (and, with `out`,
+    saved there with the predictions and figures replaced and `rescored` saying on what)."""
     saved = json.loads(Path(path).read_text())
     dev = load_device(device)
     archs = {arch.summary(): arch for _, arch, _ in cases(3)}
     rows = saved["rows"]
     for row in rows:
-        predict(row, archs[row["summary"]], dev)
+        predict(row, archs[row["summary"]], dev, saved.get("precision", "fp32"))
     print(f"{path}: {len(rows)} architectures timed on {saved['device']}'s run, priced on {device}")
-    report(rows, {"ttft": None, "decode": None})
+    saved["summary"] = report(rows, {"ttft": None, "decode": None})
+    if out:
+        when = time.strftime("%Y-%m-%d")
+        saved["rescored"] = {"device": device, "profile": dev.path, "date": when}
+        Path(out).write_text(json.dumps(saved, indent=2))
+        print(f"saved {out}")
 
 
 if __name__ == "__main__":

@@ -251,7 +251,10 @@ def main() -> None:
         print("validation:")
         for q, v in res["validation"].items():
             figs = ", ".join(f"{k}: {v[k]}" for k in ("mape", "within_10", "p90", "n"))
-            print(f'  {q}: {{{figs}, method: "{v["method"]}"}}')
+            print(
+                f'  {q}: {{{figs}, method: "{v["method"]}", precisions: '
+                f"[{', '.join(v['precisions'])}]}}"
+            )
     path = Path(__file__).parent / "results" / "edge_fit.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(results, indent=2, default=_plain))

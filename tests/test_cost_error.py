@@ -49,14 +49,14 @@ def profile(**extra):
 def test_provenance_and_validation_parse_and_give_the_error():
     dev = profile(**GOOD)
     assert dev.provenance.kind == "measured" and "calibrate" in dev.provenance.reason
-    assert dev.validation["ttft"].n == 12 and dev.validation["decode"].p90 == 0.2
+    assert dev.validation["ttft"][0].n == 12 and dev.validation["decode"][0].p90 == 0.2
     # the error is the 90th percentile where given, else the MAPE; e2e takes the larger
-    assert latency_error(dev, "ttft_ms") == 0.05
-    assert latency_error(dev, "decode_ms") == 0.2
-    assert latency_error(dev, "e2e_ms") == 0.2
-    assert latency_error(profile(), "decode_ms") is None  # no figures: nothing is known
+    assert latency_error(dev, "ttft_ms", "fp32") == 0.05
+    assert latency_error(dev, "decode_ms", "q4") == 0.2  # unstated: every precision
+    assert latency_error(dev, "e2e_ms", "fp16") == 0.2
+    assert latency_error(profile(), "decode_ms", "fp32") is None  # no figures: nothing known
     with pytest.raises(ValueError):
-        latency_error(dev, "params")
+        latency_error(dev, "params", "fp32")
 
 
 BAD = [
@@ -97,7 +97,7 @@ def test_validation_figures_are_checked(field, value):
         "n": lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
     }[field](value)
     if ok:
-        assert profile(validation={"decode": entry}).validation["decode"].n > 0
+        assert profile(validation={"decode": entry}).validation["decode"][0].n > 0
     else:
         with pytest.raises(UserError) as e:
             profile(validation={"decode": entry})
@@ -122,7 +122,11 @@ def test_the_published_profiles_say_how_they_were_obtained():
         assert dev.provenance.kind == "published-fit" and "extrapolation" in dev.provenance.reason
         assert "Table 12" in dev.sources["efficiency"]
         assert set(dev.validation) == {"ttft", "decode"}
-        assert all(v.n >= 20 and v.p90 >= v.mape for v in dev.validation.values())
+        checks = [v for vs in dev.validation.values() for v in vs]
+        assert all(v.n >= 20 and v.p90 >= v.mape for v in checks)
+        # checked on llama.cpp's fp16, q8 and q4 throughputs: fp32 and bf16 carry no error
+        assert all(v.precisions == ("fp16", "q8", "q4") for v in checks)
+        assert latency_error(dev, "decode_ms", "fp32") is None
 
 
 # ---- the refit ------------------------------------------------------------------------------------
@@ -161,12 +165,12 @@ def test_cost_prints_every_latency_with_its_error(capsys, tmp_path):
     dev = load_device("rpi5")
     assert main(["cost", "arch=plm_1_8b", "device=rpi5", "precision=q4"]) == 0
     out = capsys.readouterr().out
-    assert fmt_error(latency_error(dev, "ttft_ms")) in out
-    assert fmt_error(latency_error(dev, "decode_ms")) in out
+    assert fmt_error(latency_error(dev, "ttft_ms", "q4")) in out
+    assert fmt_error(latency_error(dev, "decode_ms", "q4")) in out
     assert "published-fit" in out and "90th percentile" in out
     assert main(["cost", "arch=plm_1_8b", "device=rpi5", "format=json"]) == 0
     rep = json.loads(capsys.readouterr().out)["reports"][0]
-    assert rep["latency_error"]["decode_ms"] == latency_error(dev, "decode_ms")
+    assert rep["latency_error"]["decode_ms"] == latency_error(dev, "decode_ms", "fp16")
     # a profile with no validation figures says its latencies carry no known error
     path = tmp_path / "board.yaml"
     path.write_text(yaml.safe_dump(BASE))
@@ -199,7 +203,7 @@ def test_margin_error_prunes_exactly_the_candidates_whose_upper_bound_exceeds_th
 ):
     from archsearch.cost.table import prune
 
-    error = latency_error(load_device("rpi5"), "decode_ms")
+    error = latency_error(load_device("rpi5"), "decode_ms", "q4")
     plain = prune(load_space(str(space_file(tmp_path, 150))), "rpi5")
     label = next(iter(plain.values))
     values = plain.values[label]
@@ -215,7 +219,8 @@ def test_margin_error_prunes_exactly_the_candidates_whose_upper_bound_exceeds_th
 def test_margin_on_the_command_line_and_its_bad_values(tmp_path, capsys):
     assert main(["prune", f"space_file={space_file(tmp_path, 150, ', margin: error')}"]) == 0
     out = capsys.readouterr().out
-    assert f"x (1 + {100 * latency_error(load_device('rpi5'), 'decode_ms'):.0f}%)" in out
+    error = latency_error(load_device("rpi5"), "decode_ms", "q4")
+    assert f"x (1 + {100 * error:.0f}%)" in out
     assert "ms +-" in out
     bad = [
         (", margin: maybe", "constraints[0].margin"),
@@ -252,7 +257,7 @@ def test_front_table_plots_and_report_carry_the_error(tmp_path):
     axes, _ = choose_axes(data, "rpi5", None, None, None)
     p = analyse(data, "rpi5", axes)
     latency = next(a.label for a in p.axes if a.label.startswith("decode_ms"))
-    band = fmt_error(latency_error(load_device("rpi5"), "decode_ms"))
+    band = fmt_error(latency_error(load_device("rpi5"), "decode_ms", "fp16"))
     assert format_cell(latency, 12.3) == f"12.3 {band}"
     assert format_cell("val_loss", 1.5) == "1.5"
     facts = dict(front_facts(p))

@@ -84,15 +84,16 @@ def test_each_prediction_carries_the_error_of_its_working_sets_band(edges, data)
     ws = np.array(data.draw(st.lists(st.floats(0, 2e9), min_size=1, max_size=20)))
     dev = profile({"edges": edges, "p90": p90, "n": n})
     expect = [p90[sum(e <= w for e in edges)] for w in ws]  # band: the edges at or below
-    assert dev.validation["decode"].error_at(ws).tolist() == expect
-    assert latency_errors(dev, "decode_ms", {"decode": ws}).tolist() == expect
+    assert dev.check("decode", "fp32").error_at(ws).tolist() == expect
+    assert latency_errors(dev, "decode_ms", "fp32", {"decode": ws}).tolist() == expect
     # TTFT has no bands: its one figure (the MAPE, no p90 given); e2e the larger part
-    both = latency_errors(dev, "e2e_ms", {"ttft": ws, "decode": ws})
+    both = latency_errors(dev, "e2e_ms", "fp32", {"ttft": ws, "decode": ws})
     assert both.tolist() == [max(0.05, e) for e in expect]
-    again = profile(dev.validation["decode"].by_working_set.to_dict())
+    again = profile(dev.check("decode", "fp32").by_working_set.to_dict())
     assert again.validation["decode"] == dev.validation["decode"]
     # without bands, every prediction carries the one figure
-    assert latency_errors(profile(), "decode_ms", {"decode": ws}).tolist() == [0.3] * len(ws)
+    plain = latency_errors(profile(), "decode_ms", "fp32", {"decode": ws})
+    assert plain.tolist() == [0.3] * len(ws)
 
 
 BAD_BANDS = [
@@ -183,10 +184,11 @@ def test_a_glue_models_left_out_prediction_never_sees_its_own_timing():
 
 
 def test_the_shipped_local_profile_gives_decode_bands():
-    v = load_device("local").validation
-    assert v["decode"].by_working_set is not None and v["ttft"].by_working_set is None
-    bands = v["decode"].by_working_set
-    assert sum(bands.n) == v["decode"].n and v["decode"].n > 12  # pooled, not 12 models alone
+    dev = load_device("local")
+    decode, ttft = dev.check("decode", "fp32"), dev.check("ttft", "fp32")
+    assert decode.by_working_set is not None and ttft.by_working_set is None
+    bands = decode.by_working_set
+    assert sum(bands.n) == decode.n and decode.n > 12  # pooled, not 12 models alone
 
 
 # ---- where latencies are shown or bounded -----------------------------------------------------
@@ -198,9 +200,10 @@ def test_an_architectures_latency_error_is_its_bands_and_fp32_only():
     name = banded("bands_cost", [float(ws.mean())], [0.07, 0.31])
     spec = MetricSpec.parse(f"decode_ms[{name},context=2048,precision=fp32]")
     assert spec_errors(Columns.from_archs([small, big]), spec).tolist() == [0.07, 0.31]
-    # the bands are the kernel predictor's: another precision carries the profile's figure
+    # the bands are the kernel predictor's check, at fp32: a precision no check covers
+    # carries no error
     fp16 = MetricSpec.parse(f"decode_ms[{name},context=2048,precision=fp16]")
-    assert spec_errors(columns(big), fp16).tolist() == [0.3]
+    assert spec_errors(columns(big), fp16) is None
 
 
 def test_cost_reports_each_architectures_own_band(tmp_path, capsys):

@@ -366,7 +366,9 @@ def test_calibrate_writes_a_loadable_profile(tmp_path):
     assert [s.split(", ")[1].split(" (")[0] for s in passes[: len(QUICK_KERNELS)]] == list(
         QUICK_KERNELS
     )
-    assert sum("whole model" in s for s in steps) == 4  # quick: two glue, two held-out
+    # quick: two glue, two held-out, and the two held-out again in bf16 (the fp16 check)
+    assert sum("whole model" in s for s in steps) == 6
+    assert sum("fp16 check: whole model" in s for s in steps) == 2
     dev = load_device(str(out))
     assert dev.name == "local" and dev.prefill_logits == "all"
     assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8

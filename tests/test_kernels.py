@@ -792,6 +792,7 @@ def test_a_table_prices_each_row_as_alone(tmp_path_factory, picks):
 
 def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, capsys, monkeypatch):
     from archsearch.cost import kernel_fit
+    from archsearch.cost.calibrate import reference_models
 
     monkeypatch.setattr(kernel_fit, "LEAVE_ONE_OUT", 2)  # quick mode's two glue models
     out = tmp_path / "local.yaml"
@@ -803,10 +804,22 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     pooled = [(r["measured_s"], r["predicted_s"]) for r in raw["kernels"]["validation"]]
     pooled += [(r["measured_s"], r["left_out_s"]) for r in raw["kernels"]["glue"]]
     for i, quantity in enumerate(("ttft", "decode")):
-        v = dev.validation[quantity]
+        v = dev.check(quantity, "fp32")
         errors = [abs(p[i] / m[i] - 1) for m, p in pooled]
         assert v.n == len(pooled) == 4 and "2 glue models" in v.method
         assert v.mape == pytest.approx(np.mean(errors), abs=1e-4)
+        # the roofline's half precision: its own check, of the held-out models timed in bf16
+        half = dev.check(quantity, "fp16")
+        timed = [(r["measured_s"], r["predicted_s"]) for r in raw["fp16"]["check"]]
+        errors = [abs(p[i] / m[i] - 1) for m, p in timed]
+        assert half is dev.check(quantity, "bf16") and half.n == len(timed) == 4  # 2 x 2 settings
+        assert half.mape == pytest.approx(np.mean(errors), abs=1e-4)
+        assert dev.check(quantity, "q8") is None
+    # fp16's efficiencies fitted to the reference models in bf16 (those torch runs there)
+    fit16 = raw["fp16"]["fit"]
+    assert fit16["models"] + len(fit16["skipped"]) == len(reference_models())
+    assert dev.eff("fp16").vector == pytest.approx(fit16["vector"], abs=1e-4)
+    assert "in bf16" in dev.eff("fp16").source
     # the bandwidth efficiency is measured (a GEMV beyond the cache), never fitted to the small
     # reference models, whose weights the cache holds
     gemv_share = raw["bandwidth"]["gemv"] / max(raw["bandwidth"]["read"], raw["bandwidth"]["copy"])
@@ -819,7 +832,7 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     assert dev.kernels is not None and dev.kernels.runtime == "torch"
     assert {"gemm", "gqa.forward", "gqa.step"} <= set(dev.kernels.predictors)
     assert dev.provenance.kind == "measured"
-    assert set(dev.validation) == {"ttft", "decode"} and dev.validation["ttft"].n >= 1
+    assert set(dev.validation) == {"ttft", "decode"} and dev.check("ttft", "fp32").n >= 1
     roofline = dataclasses.replace(dev, kernels=None)
     c = columns(ATTN)
     ttft = model.ttft_s(c, dev, 128, "fp32")[0]

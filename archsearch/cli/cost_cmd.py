@@ -393,11 +393,16 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
                 f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator",
             ]
         )
-    for quantity, v in (prof.get("validation") or {}).items():
+    checks = [
+        (quantity, v)
+        for quantity, entries in (prof.get("validation") or {}).items()
+        for v in (entries if isinstance(entries, list) else [entries])
+    ]
+    for quantity, v in checks:
         bands = v.get("by_working_set")
         rows.append(
             [
-                f"held-out {quantity} error",
+                f"held-out {quantity} error at {'/'.join(v.get('precisions', ['fp32']))}",
                 f"MAPE {100 * v['mape']:.1f}%, within +-10% {100 * v['within_10']:.0f}% "
                 f"of {v['n']} predictions, 90th percentile +-{100 * v.get('p90', v['mape']):.0f}%"
                 + (

@@ -9,10 +9,11 @@ machine and writes the `local` profile.
 
 Every profile says how it was obtained (`provenance`: `measured` by calibrate on the device,
 or `published-fit` to published throughputs, with a one-line reason) and how well it predicts
-(`validation`: held-out figures per quantity, `ttft` and `decode`, and for a measured profile
-the same figures by the working set of what was predicted, `by_working_set`). `latency_error`
-turns them into the relative error a prediction on the device carries, `latency_errors` into
-each prediction's by its working set.
+(`validation`: held-out figures per quantity, `ttft` and `decode`, one check or several, each
+at the precisions it was measured at, and for a measured profile's fp32 check the same figures
+by the working set of what was predicted, `by_working_set`). `latency_error` turns them into
+the relative error a prediction at a precision carries on the device (None where no check
+covers that precision), `latency_errors` into each prediction's by its working set.
 
 Profiles measured under a name of the user's (`archsearch calibrate name=NAME`, on this machine
 or on a Ray node: `device_resource=`) live in the user device folder (`user_devices_dir`:
@@ -37,7 +38,7 @@ import numpy as np
 from archsearch import plugins, yamlio
 from archsearch.cost.kernels import Kernels, parse_kernels
 from archsearch.errors import UserError
-from archsearch.metrics import MetricSpec
+from archsearch.metrics import PRECISIONS, MetricSpec
 from archsearch.resources import check_name
 
 COMPUTE_CLASSES = ("fp32", "fp16", "int8")
@@ -93,8 +94,10 @@ class WorkingSetBands:
 
 @dataclass(frozen=True)
 class Validation:
-    """Held-out accuracy of one predicted quantity: relative errors |pred / measured - 1| of
-    `n` predictions the fit did not see (`method` says which: held-out models, leave-one-out)."""
+    """Held-out accuracy of one predicted quantity at some precisions: relative errors
+    |pred / measured - 1| of `n` predictions the fit did not see (`method` says which: held-out
+    models, leave-one-out), made at `precisions` (a prediction at another precision is not
+    covered by this check)."""
 
     mape: float  # mean absolute relative error (0.14: 14%)
     within_10: float  # share of held-out predictions within +-10%
@@ -102,6 +105,7 @@ class Validation:
     method: str
     p90: float | None = None  # 90th percentile of the absolute relative error
     by_working_set: WorkingSetBands | None = None
+    precisions: tuple[str, ...] = PRECISIONS
 
     @property
     def error(self) -> float:
@@ -135,7 +139,8 @@ class DeviceProfile:
     cache_capacity: float = 0.0  # bytes (0: no cache level modelled)
     cache_bandwidth: float = 0.0  # bytes/s
     provenance: Provenance | None = None
-    validation: dict[str, Validation] = field(default_factory=dict)  # by quantity (QUANTITIES)
+    # by quantity (QUANTITIES): its checks, each at other precisions
+    validation: dict[str, tuple[Validation, ...]] = field(default_factory=dict)
     # the machine a measured profile was measured on: hostname, cpu, torch, runtime, ray_node...
     measured_on: dict[str, str] = field(default_factory=dict)
     # the learned kernel-level latency predictor (`archsearch calibrate`): when present, fp32
@@ -145,6 +150,12 @@ class DeviceProfile:
 
     def peak(self, precision: str) -> float:
         return self.peak_flops[COMPUTE_CLASS_OF[precision]]
+
+    def check(self, quantity: str, precision: str) -> Validation | None:
+        """The held-out check of `quantity` (`ttft`, `decode`) predicted at `precision`; None
+        where the profile has none (nothing is known of that error)."""
+        checks = self.validation.get(quantity, ())
+        return next((v for v in checks if precision in v.precisions), None)
 
     def eff(self, precision: str) -> Efficiency:
         """The efficiencies of a precision's compute class (fp32 falls back to fp16's)."""
@@ -261,7 +272,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
             raw.get("cache_bandwidth", 0), source=source, key="cache_bandwidth", zero_ok=True
         ),
         provenance=_provenance(raw.get("provenance"), source),
-        validation=_validation(raw.get("validation"), source),
+        validation=_validation(raw.get("validation"), source, "kernels" in raw),
         measured_on=_measured_on(raw.get("measured_on"), source),
         kernels=parse_kernels(raw.get("kernels"), source=source),
         path=source,
@@ -291,7 +302,10 @@ def _provenance(raw: Any, source: str) -> Provenance | None:
     return Provenance(kind=raw["kind"], reason=reason.strip())
 
 
-def _validation(raw: Any, source: str) -> dict[str, Validation]:
+def _validation(raw: Any, source: str, kernels: bool) -> dict[str, tuple[Validation, ...]]:
+    """`validation`: per quantity one check or a list of them, each at its `precisions`.
+    Unstated, a check covers what the profile's predictor it validated prices: fp32 on a
+    profile with `kernels` (the kernel predictor prices fp32 only), else every precision."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -301,51 +315,81 @@ def _validation(raw: Any, source: str) -> dict[str, Validation]:
             key="validation",
         )
     out = {}
-    for quantity, entry in raw.items():
+    for quantity, entries in raw.items():
         key = f"validation.{quantity}"
         if quantity not in QUANTITIES:
             raise UserError(
                 f"unknown quantity (known: {', '.join(QUANTITIES)})", source=source, key=key
             )
-        fields = {"mape", "within_10", "n", "method", "p90", "by_working_set"}
-        if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
-            raise UserError(
-                "expected {mape, within_10, n, method} (and optionally p90)", source=source, key=key
-            )
-        bad = sorted(set(map(str, entry)) - fields)
-        if bad:
-            raise UserError(
-                f"unknown key (known: {', '.join(sorted(fields))})",
-                source=source,
-                key=f"{key}.{bad[0]}",
-            )
-        n = entry["n"]
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise UserError(
-                f"expected a positive integer, got {n!r}", source=source, key=f"{key}.n"
-            )
-        within = _number(entry["within_10"], source=source, key=f"{key}.within_10", zero_ok=True)
-        if within > 1:
-            raise UserError(
-                f"expected a share in [0, 1], got {within!r}", source=source, key=f"{key}.within_10"
-            )
-        method = entry["method"]
-        if not isinstance(method, str) or not method.strip():
-            raise UserError(
-                f"expected a non-empty string, got {method!r}", source=source, key=f"{key}.method"
-            )
-        p90 = entry.get("p90")
-        out[quantity] = Validation(
-            mape=_number(entry["mape"], source=source, key=f"{key}.mape", zero_ok=True),
-            within_10=within,
-            n=n,
-            method=method.strip(),
-            p90=None
-            if p90 is None
-            else _number(p90, source=source, key=f"{key}.p90", zero_ok=True),
-            by_working_set=_bands(entry.get("by_working_set"), source, f"{key}.by_working_set"),
+        many = isinstance(entries, list)
+        if many and not entries:
+            raise UserError("expected at least one check", source=source, key=key)
+        checks = tuple(
+            _check(entry, source, f"{key}.{i}" if many else key, kernels)
+            for i, entry in enumerate(entries if many else [entries])
         )
+        for (_, a), (j, b) in itertools.combinations(enumerate(checks), 2):
+            both = sorted(set(a.precisions) & set(b.precisions))
+            if both:
+                raise UserError(
+                    f"two checks cover {', '.join(both)}", source=source, key=f"{key}.{j}"
+                )
+        out[quantity] = checks
     return out
+
+
+def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
+    fields = {"mape", "within_10", "n", "method", "p90", "by_working_set", "precisions"}
+    if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
+        raise UserError(
+            "expected {mape, within_10, n, method} (and optionally p90, precisions, "
+            "by_working_set), or a list of them",
+            source=source,
+            key=key,
+        )
+    bad = sorted(set(map(str, entry)) - fields)
+    if bad:
+        raise UserError(
+            f"unknown key (known: {', '.join(sorted(fields))})",
+            source=source,
+            key=f"{key}.{bad[0]}",
+        )
+    n = entry["n"]
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise UserError(f"expected a positive integer, got {n!r}", source=source, key=f"{key}.n")
+    within = _number(entry["within_10"], source=source, key=f"{key}.within_10", zero_ok=True)
+    if within > 1:
+        raise UserError(
+            f"expected a share in [0, 1], got {within!r}", source=source, key=f"{key}.within_10"
+        )
+    method = entry["method"]
+    if not isinstance(method, str) or not method.strip():
+        raise UserError(
+            f"expected a non-empty string, got {method!r}", source=source, key=f"{key}.method"
+        )
+    precisions = entry.get("precisions", ["fp32"] if kernels else list(PRECISIONS))
+    if (
+        not isinstance(precisions, list)
+        or not precisions
+        or not all(isinstance(p, str) and p in PRECISIONS for p in precisions)
+        or len(set(precisions)) < len(precisions)
+    ):
+        raise UserError(
+            f"expected a list of distinct precisions among {', '.join(PRECISIONS)}, got "
+            f"{precisions!r}",
+            source=source,
+            key=f"{key}.precisions",
+        )
+    p90 = entry.get("p90")
+    return Validation(
+        mape=_number(entry["mape"], source=source, key=f"{key}.mape", zero_ok=True),
+        within_10=within,
+        n=n,
+        method=method.strip(),
+        p90=None if p90 is None else _number(p90, source=source, key=f"{key}.p90", zero_ok=True),
+        by_working_set=_bands(entry.get("by_working_set"), source, f"{key}.by_working_set"),
+        precisions=tuple(precisions),
+    )
 
 
 def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
@@ -375,45 +419,49 @@ def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
     return WorkingSetBands(tuple(edges), tuple(p90), tuple(raw["n"]))
 
 
-def latency_error(device: DeviceProfile, metric: str) -> float | None:
-    """The relative error (0.14: +-14%) a predicted latency metric (`ttft_ms`, `decode_ms`,
-    `e2e_ms`) carries on `device`: its held-out `Validation.error` (the 90th percentile of
-    |error| where the profile gives it, else the MAPE); e2e takes the larger of TTFT's and
-    decode's (the error of a sum of two positive parts is at most the larger relative error).
-    None where the profile has no validation figures for it (nothing is known)."""
-    quantities = ERROR_QUANTITIES.get(metric)
-    if quantities is None:
-        raise ValueError(f"{metric!r} is not a latency metric")
-    if not all(q in device.validation for q in quantities):
-        return None
-    return max(device.validation[q].error for q in quantities)
+def latency_error(device: DeviceProfile, metric: str, precision: str) -> float | None:
+    """The relative error (0.14: +-14%) a latency metric (`ttft_ms`, `decode_ms`, `e2e_ms`)
+    predicted at `precision` carries on `device`: the held-out `Validation.error` of the check
+    at that precision (`DeviceProfile.check`: the 90th percentile of |error| where the profile
+    gives it, else the MAPE); e2e takes the larger of TTFT's and decode's (the error of a sum
+    of two positive parts is at most the larger relative error). None where the profile has
+    no check at that precision (nothing is known)."""
+    checks = _checks(device, metric, precision)
+    return None if checks is None else max(v.error for v in checks.values())
 
 
 def latency_errors(
-    device: DeviceProfile, metric: str, working_sets: dict[str, Any]
+    device: DeviceProfile, metric: str, precision: str, working_sets: dict[str, Any]
 ) -> np.ndarray | None:
     """`latency_error` per prediction: each quantity's error in the band of its working set
     (`working_sets`: quantity -> bytes per prediction, `ttft` the prefill's, `decode` the
-    step's), where the profile gives bands (`Validation.by_working_set`), else its one figure;
-    e2e takes the larger of its parts. None where the profile has no validation figures."""
+    step's), where its check gives bands (`Validation.by_working_set`), else its one figure;
+    e2e takes the larger of its parts. None where the profile has no check at `precision`."""
+    checks = _checks(device, metric, precision)
+    if checks is None:
+        return None
+    return np.maximum.reduce(
+        [np.asarray(v.error_at(working_sets[q]), float) for q, v in checks.items()]
+    )
+
+
+def _checks(device: DeviceProfile, metric: str, precision: str) -> dict[str, Validation] | None:
+    """The checks of a latency metric's quantities at `precision` (None: one is missing)."""
     quantities = ERROR_QUANTITIES.get(metric)
     if quantities is None:
         raise ValueError(f"{metric!r} is not a latency metric")
-    if not all(q in device.validation for q in quantities):
-        return None
-    return np.maximum.reduce(
-        [np.asarray(device.validation[q].error_at(working_sets[q]), float) for q in quantities]
-    )
+    checks = {q: device.check(q, precision) for q in quantities}
+    return None if any(v is None for v in checks.values()) else checks
 
 
 def spec_error(spec: MetricSpec) -> float | None:
     """`latency_error` of a latency metric with its device named (None for other metrics, a
     device left to the run, or a profile that does not load)."""
-    device = dict(spec.args).get("device")
-    if spec.metric not in ERROR_QUANTITIES or device is None:
+    args = dict(spec.args)
+    if spec.metric not in ERROR_QUANTITIES or args.get("device") is None:
         return None
     try:
-        return latency_error(load_device(device), spec.metric)
+        return latency_error(load_device(args["device"]), spec.metric, args["precision"])
     except UserError:
         return None
 
@@ -427,20 +475,25 @@ def describe_error(device: DeviceProfile) -> str:
     )
     if not device.validation:
         return f"{device.name}: {how}; no validation figures, so latencies carry no error (+-?)"
-    figs = ", ".join(
-        f"{q} +-{100 * v.error:.0f}% (MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% within "
-        f"+-10%, n={v.n}"
-        + (f"; by working set: {describe_bands(v.by_working_set)}" if v.by_working_set else "")
-        + ")"
-        for q, v in device.validation.items()
-    )
-    stat = (
-        "90th percentile"
-        if all(v.p90 is not None for v in device.validation.values())
-        else "mean (MAPE)"
-    )
-    method = next(iter(device.validation.values())).method
-    return f"{device.name}: {how}; +- is the {stat} of the held-out |error|: {figs}; {method}"
+    checks = [v for vs in device.validation.values() for v in vs]
+    stat = "90th percentile" if all(v.p90 is not None for v in checks) else "mean (MAPE)"
+    parts = []
+    for group in dict.fromkeys(v.precisions for v in checks):
+        figs = ", ".join(
+            f"{q} +-{100 * v.error:.0f}% (MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% "
+            f"within +-10%, n={v.n}"
+            + (f"; by working set: {describe_bands(v.by_working_set)}" if v.by_working_set else "")
+            + ")"
+            for q, vs in device.validation.items()
+            for v in vs
+            if v.precisions == group
+        )
+        method = next(v.method for v in checks if v.precisions == group)
+        parts.append(f"at {'/'.join(group)}: {figs}; {method}")
+    unchecked = [p for p in PRECISIONS if not any(p in v.precisions for v in checks)]
+    tail = f"; {'/'.join(unchecked)} unchecked (+-?)" if unchecked else ""
+    figures = " | ".join(parts)
+    return f"{device.name}: {how}; +- is the {stat} of the held-out |error| {figures}{tail}"
 
 
 def describe_bands(bands: WorkingSetBands) -> str:

@@ -24,6 +24,7 @@ from archsearch.arch import ArchConfig
 from archsearch.cost import model
 from archsearch.cost.devices import COMPUTE_CLASS_OF, DeviceProfile, Efficiency
 from archsearch.cost.evaluate import columns
+from archsearch.metrics import PRECISIONS
 
 __all__ = [
     "GENERATE",
@@ -127,7 +128,8 @@ def leave_one_out(
 
 
 def validation(errors: list[dict], quantity: str, method: str) -> dict:
-    """`Validation` figures (profile YAML keys) of the held-out errors of one quantity."""
+    """`Validation` figures (profile YAML keys) of the held-out errors of one quantity, at the
+    precisions its records were measured at."""
     e = np.abs([rec[quantity] for rec in errors])
     return {
         "mape": round(float(e.mean()), 4),
@@ -135,4 +137,5 @@ def validation(errors: list[dict], quantity: str, method: str) -> dict:
         "p90": round(float(np.quantile(e, 0.9)), 4),
         "n": len(e),
         "method": method,
+        "precisions": [p for p in PRECISIONS if any(rec["precision"] == p for rec in errors)],
     }

@@ -43,6 +43,9 @@
    around it and 19-43% beyond in six calibrations, and each calibration's benchmark found
    its held-out architectures inside their band's +- for 83-96% of decode steps (90% is what
    a 90th percentile promises), against 83-100% with the twelve's one figure, 0.11-0.89 wide.
+   The check covers fp32, the precision the kernel predictor prices; `precision_check` checks
+   the roofline at another one on the same held-out models (`archsearch calibrate`: fp16,
+   timed in bf16).
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ __all__ = [
     "fit_memory",
     "glue_models",
     "kernel_steps",
+    "precision_check",
     "validation_models",
 ]
 
@@ -114,6 +118,10 @@ MIN_BAND = 5  # the fewest held-out predictions a band holds (fewer: merged with
 # calibrations, ordered differently in each): banded, its +- held for fewer benchmark rows
 BANDED = ("decode",)
 LEAVE_ONE_OUT = 8  # the fewest glue models whose leave-one-out predictions join the check
+# precisions the cost model prices alike (2-byte weights and activations, the fp16 peak): one
+# check covers them
+ALIKE = {"fp16": {"fp16", "bf16"}, "bf16": {"fp16", "bf16"}}
+LONG = (512, 2048)  # the longest prompt and context of the calibration ranges (`precision_check`)
 
 
 def _arch(d: int, depth: int, vocab: int, **sections) -> ArchConfig:
@@ -134,12 +142,26 @@ class WholeModel(NamedTuple):
     batch: int = 1
 
     def timed(
-        self, runtime: str, repeats: int, min_time: float, instances: int = 3
+        self,
+        runtime: str,
+        repeats: int,
+        min_time: float,
+        instances: int = 3,
+        precision: str = "fp32",
     ) -> tuple[float, float]:
-        """(seconds to first token, seconds of the decode step) measured in `runtime`, the
-        least over `instances` builds (`kernel_timing.time_model`)."""
+        """(seconds to first token, seconds of the decode step) measured in `runtime` at
+        `precision` (`kernel_timing.DTYPES`), the least over `instances` builds
+        (`kernel_timing.time_model`)."""
         return timing.time_model(
-            self.arch, runtime, self.prompt, self.context, repeats, min_time, self.batch, instances
+            self.arch,
+            runtime,
+            self.prompt,
+            self.context,
+            repeats,
+            min_time,
+            self.batch,
+            instances,
+            precision,
         )
 
     def phases(self) -> tuple[Phase, Phase]:
@@ -169,14 +191,14 @@ class WholeModel(NamedTuple):
         forward, step = (float(restreamed_bytes(c, p, passes)[0]) for p in self.phases())
         return forward, step
 
-    def predicted(self, device: DeviceProfile) -> tuple[float, float]:
-        """(seconds to first token, seconds of the decode step) predicted on `device` (fp32)."""
+    def predicted(self, device: DeviceProfile, precision: str = "fp32") -> tuple[float, float]:
+        """(seconds to first token, seconds of the decode step) predicted on `device`."""
         from archsearch.cost import model
 
         c = Columns.from_archs([self.arch])
         return (
-            float(model.ttft_s(c, device, self.prompt, "fp32", self.batch)[0]),
-            float(model.decode_s(c, device, self.context, "fp32", self.batch)[0]),
+            float(model.ttft_s(c, device, self.prompt, precision, self.batch)[0]),
+            float(model.decode_s(c, device, self.context, precision, self.batch)[0]),
         )
 
 
@@ -290,17 +312,18 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
     return dict(kernels=tuple(KERNELS), samples=samples, glue=None, validation=None, min_time=0.005)
 
 
-def kernel_steps(quick: bool, samples: int = 128) -> int:
+def kernel_steps(quick: bool, samples: int = 128, checks: int = 0) -> int:
     """Progress steps `fit_kernels` reports: dispatch, memory, GEMM passes, each kernel's every
     pass, each whole model timed, the model-level fit, the glue models left out of it (when
-    there are `LEAVE_ONE_OUT`). Steps of about a second or two each (a
-    pass of one kernel, one whole model), so that a progress line's ETA, the pace so far times
-    the steps left, holds (with one step per pass of every kernel it said 24 s left with 3 min
-    to go)."""
+    there are `LEAVE_ONE_OUT`); and those of `checks` `precision_check`s. Steps of about a
+    second or two each (a pass of one kernel, one whole model), so that a progress line's ETA,
+    the pace so far times the steps left, holds (with one step per pass of every kernel it
+    said 24 s left with 3 min to go)."""
     plan = _plan(quick, samples)
     passes = max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"])
     glue = len(glue_models()[: plan["glue"]])
-    models = glue + len(validation_models()[: plan["validation"]])
+    held_out = len(validation_models()[: plan["validation"]])
+    models = glue + held_out * (1 + checks)
     return 3 + passes * len(plan["kernels"]) + models + 1 + (glue >= LEAVE_ONE_OUT)
 
 
@@ -741,6 +764,7 @@ def _validation(
             "n": len(err),
             "method": what,
             "p90": round(float(np.quantile(err, 0.9)), 4),
+            "precisions": ["fp32"],  # the kernel predictor prices fp32 only
         }
         ws = np.array([w[i] for w in working], dtype=np.float64)
         banded = capacity > 0 and quantity in BANDED
@@ -748,6 +772,64 @@ def _validation(
         if bands is not None:
             out[quantity]["by_working_set"] = bands
     return out
+
+
+def precision_check(
+    device: DeviceProfile,
+    precision: str,
+    *,
+    runtime: str = "torch",
+    repeats: int = 5,
+    quick: bool = False,
+    step: Callable[[str], None] | None = None,
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The held-out check of `device`'s predictions at `precision` (a roofline one: the kernel
+    predictor prices fp32 only): the held-out models (`validation_models`), at their setting and
+    at the calibration ranges' longest (`LONG`), timed with their weights and activations in
+    the precision's torch dtype (`kernel_timing.DTYPES`) and predicted at it. Returns the
+    profile's `validation` entries per quantity (covering the precisions priced alike: `ALIKE`;
+    empty where no model ran) and the raw timings. A model torch cannot run in that dtype is
+    left out, and the entry's `method` names it with the reason. Why the long setting: on this
+    project's EPYC VM, bf16 decode steps of attention models after 1536-4096 tokens ran 2-3x
+    slower than the fp16 roofline (torch's CPU attention in bf16), which the check at context
+    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps)."""
+    plan = _plan(quick, 128)
+    covers = sorted(ALIKE.get(precision, {precision}))
+    ran, raw, skipped = [], [], []
+    held_out = validation_models()[: plan["validation"]]
+    models = [s for m in held_out for s in (m, m._replace(prompt=LONG[0], context=LONG[1]))]
+    dtype = timing.DTYPES[precision]
+    for i, m in enumerate(models):
+        try:
+            measured = m.timed(runtime, 1 if quick else repeats, plan["min_time"], 3, precision)
+        except RuntimeError as e:  # torch has no kernel for an op in that dtype here
+            if m.context != LONG[1]:
+                skipped.append(f"{m.arch.summary()} ({str(e).splitlines()[0][:80]})")
+        else:
+            predicted = m.predicted(device, precision)
+            ran.append((measured, predicted))
+            raw.append({**_setting(m), "measured_s": measured, "predicted_s": predicted})
+        if step is not None and i % 2:
+            step(f"{precision} check: whole model {i // 2 + 1} of {len(held_out)}")
+    if not ran:
+        return {}, raw
+    what = (
+        f"{len(ran)} predictions of held-out whole models (prompt {VALIDATION_PROMPT}, context "
+        f"{VALIDATION_CONTEXT}; prompt {LONG[0]}, context {LONG[1]}) timed in {runtime} in "
+        f"{dtype}, predicted by the roofline at {precision}"
+    ) + (f"; not run in {dtype}: {'; '.join(skipped)}" if skipped else "")
+    out = {}
+    for i, quantity in enumerate(("ttft", "decode")):
+        err = np.array([abs(p[i] / m[i] - 1) for m, p in ran])
+        out[quantity] = {
+            "mape": round(float(err.mean()), 4),
+            "within_10": round(float(np.mean(err <= 0.10)), 4),
+            "n": len(err),
+            "method": what,
+            "p90": round(float(np.quantile(err, 0.9)), 4),
+            "precisions": list(covers),
+        }
+    return out, raw
 
 
 def fit_kernels(

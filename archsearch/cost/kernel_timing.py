@@ -51,6 +51,7 @@ from archsearch.cost.kernels import KERNELS, features, gemm_features
 from archsearch.cost.ops import Columns, Phase
 
 __all__ = [
+    "DTYPES",
     "GRIDS",
     "MAX_GEMM_FLOPS",
     "MAX_TOKENS",
@@ -228,6 +229,10 @@ rwkv6-2x768 at 1536 tokens fell from 9.3 ms to 4.8 ms, gqa-3x896 at batch 8 from
 19.5 ms (within 2-3% of the later calls by 0.2 s). A deployed model decodes hundreds of
 tokens in a row, so the steady time is the one to predict; five calls after one warm-up
 call, as before, measured the transient, and varied by +-10-30% from build to build."""
+# the torch dtype a whole model is timed in, by the precision it checks: a CPU's half precision
+# is bf16 (torch 2 on this project's EPYC VM, one thread, a 256 x 1024 x 1024 matmul: fp32 111,
+# bf16 483, float16 1.1 GFLOP/s: float16 has no fast path there)
+DTYPES = {"fp32": "float32", "fp16": "bfloat16", "bf16": "bfloat16"}
 
 
 def seconds_per_call(
@@ -426,12 +431,14 @@ def time_model(
     min_time: float,
     batch: int = 1,
     instances: int = 3,
+    precision: str = "fp32",
 ) -> tuple[float, float]:
     """(seconds to first token of a `prompt`-token prefill, seconds of one decode step after
-    `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`: the
-    least over `instances` builds (see the module docstring)."""
+    `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`, its
+    weights and activations at `precision` (their torch dtype: `DTYPES`): the least over
+    `instances` builds (see the module docstring)."""
     runs = [
-        time_model_once(arch, runtime, prompt, context, repeats, min_time, batch)
+        time_model_once(arch, runtime, prompt, context, repeats, min_time, batch, precision)
         for _ in range(instances)
     ]
     return min(r[0] for r in runs), min(r[1] for r in runs)
@@ -445,6 +452,7 @@ def time_model_once(
     repeats: int,
     min_time: float,
     batch: int,
+    precision: str = "fp32",
 ) -> tuple[float, float]:
     import torch
     from torch import nn
@@ -469,7 +477,7 @@ def time_model_once(
             return self.model.step(token, self.state)
 
     torch.manual_seed(0)
-    model = build_model(arch).eval()
+    model = build_model(arch).eval().to(getattr(torch, DTYPES[precision]))
     idx = torch.randint(0, arch.vocab_size, (batch, prompt))
     prefill = prepare(runtime, Prefill(model), (idx,))
     ttft = seconds_per_call(prefill, repeats, min_time, warmup=WARMUP_S)

@@ -312,13 +312,16 @@ def latency_errors(
     batch: float = 1.0,
 ) -> np.ndarray | None:
     """The relative error each row's predicted latency metric (`ttft_ms`, `decode_ms`, `e2e_ms`
-    at these settings) carries on `device`: for fp32 on the kernel predictor, whose calibration
-    measured them, its held-out error in the band of the row's working set
-    (`devices.latency_errors`; e2e: the prefill's and the mean-context step's); else the
-    profile's one figure (`devices.latency_error`). None where the profile states none."""
-    one = latency_error(device, metric)
-    if one is None or precision != "fp32" or device.kernels is None:
-        return None if one is None else np.full(c.n, one)
+    at these settings and `precision`) carries on `device`: its profile's held-out check at
+    that precision, in the band of the row's working set where the check gives bands (the
+    kernel predictor's, at fp32: `devices.latency_errors`; e2e: the prefill's and the
+    mean-context step's), else its one figure. None where the profile has no check at that
+    precision."""
+    checks = [device.check(q, precision) for q in ERROR_QUANTITIES[metric]]
+    if any(v is None for v in checks):
+        return None
+    if all(v.by_working_set is None for v in checks):
+        return np.full(c.n, latency_error(device, metric, precision))
     phases = {}
     if metric in ("ttft_ms", "e2e_ms"):
         phases["ttft"] = prefill_phase(prompt, batch)
@@ -328,7 +331,7 @@ def latency_errors(
     out = np.empty(c.n)
     for idx, sub in c.groups():
         sets = {q: working_set(sub, p) for q, p in phases.items()}
-        out[idx] = devices.latency_errors(device, metric, sets)
+        out[idx] = devices.latency_errors(device, metric, precision, sets)
     return out
 
 

@@ -113,14 +113,15 @@ def prune(
 
 def margin_errors(con: Constraint, spec: MetricSpec, errors: np.ndarray | None, n: int):
     """The relative error each candidate's bound is widened by: its prediction's `errors`
-    (`model.spec_errors`) under `margin: error`, else 0. A profile without validation figures
-    cannot give one: a one-line error naming the constraint."""
+    (`model.spec_errors`) under `margin: error`, else 0. A profile with no check at the
+    constraint's precision cannot give one: a one-line error naming the constraint."""
     if con.margin != "error":
         return np.zeros(n)
     if errors is None:
         raise UserError(
             f"margin: error on {con.name}, but the {spec.arg('device')!r} profile has no "
-            "validation figures (recalibrate it, or drop the margin)",
+            f"held-out check at {spec.arg('precision')} (recalibrate it, choose a checked "
+            "precision, or drop the margin)",
             key="constraints.margin",
         )
     return errors
