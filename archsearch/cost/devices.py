@@ -166,6 +166,15 @@ class DeviceProfile:
         return Efficiency()
 
 
+def _known_keys(entry: dict, known: set[str], source: str, key: str) -> None:
+    """A one-line error naming the first key of `entry` (at `key`) not in `known`."""
+    bad = sorted(set(map(str, entry)) - known)
+    if bad:
+        raise UserError(
+            f"unknown key (known: {', '.join(sorted(known))})", source=source, key=f"{key}.{bad[0]}"
+        )
+
+
 def _number(raw: Any, *, source: str, key: str, zero_ok: bool = False) -> float:
     if (
         isinstance(raw, bool)
@@ -240,13 +249,7 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
                 key=f"efficiency.{cls}",
             )
         allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "vector", "source"}
-        bad = sorted(set(map(str, entry)) - allowed)
-        if bad:
-            raise UserError(
-                f"unknown key (known: {', '.join(sorted(allowed))})",
-                source=source,
-                key=f"efficiency.{cls}.{bad[0]}",
-            )
+        _known_keys(entry, allowed, source, f"efficiency.{cls}")
         values = {
             k: _number(v, source=source, key=f"efficiency.{cls}.{k}", zero_ok=k == "op_overhead_s")
             for k, v in entry.items()
@@ -347,13 +350,7 @@ def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
             source=source,
             key=key,
         )
-    bad = sorted(set(map(str, entry)) - fields)
-    if bad:
-        raise UserError(
-            f"unknown key (known: {', '.join(sorted(fields))})",
-            source=source,
-            key=f"{key}.{bad[0]}",
-        )
+    _known_keys(entry, fields, source, key)
     n = entry["n"]
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise UserError(f"expected a positive integer, got {n!r}", source=source, key=f"{key}.n")

@@ -758,14 +758,7 @@ def _validation(
                 f" and {left_out} glue models, each predicted by the model-level terms fitted "
                 "without it"
             )
-        out[quantity] = {
-            "mape": round(float(err.mean()), 4),
-            "within_10": round(float(np.mean(err <= 0.10)), 4),
-            "n": len(err),
-            "method": what,
-            "p90": round(float(np.quantile(err, 0.9)), 4),
-            "precisions": ["fp32"],  # the kernel predictor prices fp32 only
-        }
+        out[quantity] = _check(err, what, ["fp32"])  # the kernel predictor prices fp32 only
         ws = np.array([w[i] for w in working], dtype=np.float64)
         banded = capacity > 0 and quantity in BANDED
         bands = _bands(ws, err, [e * capacity for e in BAND_EDGES]) if banded else None
@@ -821,15 +814,20 @@ def precision_check(
     out = {}
     for i, quantity in enumerate(("ttft", "decode")):
         err = np.array([abs(p[i] / m[i] - 1) for m, p in ran])
-        out[quantity] = {
-            "mape": round(float(err.mean()), 4),
-            "within_10": round(float(np.mean(err <= 0.10)), 4),
-            "n": len(err),
-            "method": what,
-            "p90": round(float(np.quantile(err, 0.9)), 4),
-            "precisions": list(covers),
-        }
+        out[quantity] = _check(err, what, covers)
     return out, raw
+
+
+def _check(err: np.ndarray, method: str, precisions: list[str]) -> dict[str, Any]:
+    """A `validation` entry (profile YAML keys) of held-out absolute relative errors `err`."""
+    return {
+        "mape": round(float(err.mean()), 4),
+        "within_10": round(float(np.mean(err <= 0.10)), 4),
+        "n": len(err),
+        "method": method,
+        "p90": round(float(np.quantile(err, 0.9)), 4),
+        "precisions": list(precisions),
+    }
 
 
 def fit_kernels(
