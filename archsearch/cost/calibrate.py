@@ -289,7 +289,8 @@ def fit_half(
     shipped `local`'s roofline): with the fp32 fit's factors the fp16 roofline under-predicted
     the bf16 times of all 11 held-out models that run in bf16, by up to 54% (90th percentile
     41% / 42%, TTFT / decode); fitted to bf16 times, 26-37% / 31-58% in five runs, errors both
-    ways (bf16 kernels in eager torch on a CPU follow no one roofline)."""
+    ways (bf16 kernels in eager torch on a CPU follow no one roofline). With the long setting
+    (`kernel_fit.precision_check`), the shipped check reads 34% / 56%."""
     from archsearch.cost.devices import parse_device
     from archsearch.cost.kernel_fit import precision_check
 
