@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -18,7 +19,13 @@ from archsearch.cli import main
 from archsearch.cost.devices import describe_error, latency_error, load_device, parse_device
 from archsearch.cost.evaluate import columns
 from archsearch.cost.kernel_timing import DTYPES
-from archsearch.cost.model import latency_errors
+from archsearch.cost.model import (
+    latency_errors,
+    op_seconds,
+    phase_seconds,
+    prefill_phase,
+    step_phase,
+)
 from archsearch.errors import UserError
 from archsearch.metrics import PRECISIONS
 
@@ -151,3 +158,58 @@ def test_margin_error_at_an_unchecked_precision_is_one_line(tmp_path, capsys):
     assert "constraints.margin" in err[-1] and "no held-out check at q4" in err[-1]
     path.write_text(SPACE.format(precision="fp16"))
     assert main(["prune", f"space_file={path}", "format=json"]) == 0
+
+
+# ---- one-query attention --------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rate=st.floats(1e-4, 1.0),
+    context=st.integers(1, 8192),
+    batch=st.integers(1, 8),
+)
+def test_a_measured_one_query_attention_rate_prices_only_the_decode_steps_sdpa(
+    rate, context, batch
+):
+    """With `attention_step`, a decode step's `attn.sdpa` runs at that fraction of the fp16
+    peak whatever the batch (or its bytes, if slower); every other op, the prefill, MLA's own
+    attention and fp32 are priced as without it."""
+    eff = {"compute": 0.8, "half_rows": 20.0, "bandwidth": 0.6, "op_overhead_s": 2e-6}
+    plain = profile({}, efficiency={"fp32": eff, "fp16": eff})
+    measured = profile({}, efficiency={"fp32": eff, "fp16": {**eff, "attention_step": rate}})
+    gqa, mla = load_arch("tiny_gqa"), load_arch("minicpm3_4b")
+    assert mla.attention.kind == "mla"
+    step, prefill = step_phase(context, batch), prefill_phase(64, batch)
+    for arch, phase, precision in (
+        (gqa, prefill, "fp16"),
+        (mla, step, "fp16"),
+        (gqa, step, "fp32"),
+    ):
+        c = columns(arch)
+        assert phase_seconds(c, phase, measured, precision) == phase_seconds(
+            c, phase, plain, precision
+        )
+    c = columns(gqa)
+    ops = {op.name: (op, t) for op, t in op_seconds(c, step, measured, "fp16")}
+    before = {op.name: t for op, t in op_seconds(c, step, plain, "fp16")}
+    sdpa, seconds = ops["attn.sdpa"]
+    eff16 = measured.eff("fp16")
+    count = seconds / (
+        np.maximum(
+            sdpa.flops / (measured.peak("fp16") * rate),
+            (sdpa.acts * 2.0 + sdpa.state * 2.0) / (measured.memory_bandwidth * eff16.bandwidth),
+        )
+        + sdpa.launches * eff16.op_overhead_s
+    )
+    np.testing.assert_allclose(count, np.round(count), rtol=1e-9)  # the layer count
+    assert all(
+        np.array_equal(t, before[name]) for name, (_, t) in ops.items() if name != "attn.sdpa"
+    )
+
+
+@pytest.mark.parametrize("value", [0, -0.1, "fast", True, None])
+def test_a_bad_attention_rate_names_its_key(value):
+    with pytest.raises(UserError) as e:
+        profile({}, efficiency={"fp16": {"attention_step": value}})
+    assert e.value.key == "efficiency.fp16.attention_step" and "\n" not in str(e.value)

@@ -820,6 +820,11 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     assert fit16["models"] + len(fit16["skipped"]) == len(reference_models())
     assert dev.eff("fp16").vector == pytest.approx(fit16["vector"], abs=1e-4)
     assert "in bf16" in dev.eff("fp16").source
+    # one-query attention's measured rate: the median over its shapes, as a share of the peak
+    rates = raw["fp16"]["attention_step"]["flops_per_s"]
+    want = float(np.median(rates)) / dev.peak("fp16")
+    assert dev.eff("fp16").attention_step == pytest.approx(want, rel=1e-3)
+    assert dev.eff("fp32").attention_step is None  # fp32 decode: the kernel predictor
     # the bandwidth efficiency is measured (a GEMV beyond the cache), never fitted to the small
     # reference models, whose weights the cache holds
     gemv_share = raw["bandwidth"]["gemv"] / max(raw["bandwidth"]["read"], raw["bandwidth"]["copy"])

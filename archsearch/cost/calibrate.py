@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch import yamlio
-from archsearch.cost.kernel_timing import DTYPES, seconds_per_call
+from archsearch.cost.kernel_timing import DTYPES, WARMUP_S, seconds_per_call
 
 MATMUL_ROWS = (1, 4, 16, 64, 256, 1024)
 HALF = "fp16"  # the half precision the roofline prices, checked on held-out models
@@ -64,6 +64,12 @@ MATMUL_WEIGHTS = (
 def _median_time(fn: Callable[[], Any], repeats: int, min_time: float = 0.05) -> float:
     """Median seconds per call; each sample loops until `min_time` has passed."""
     return seconds_per_call(fn, repeats, min_time, reduce=statistics.median)
+
+
+def _least_time(fn: Callable[[], Any], repeats: int) -> float:
+    """A whole model's steady seconds per call: the least of `repeats` samples (each looped for
+    5 ms) after `WARMUP_S` of calls (see `kernel_timing`)."""
+    return seconds_per_call(fn, repeats, 0.005, warmup=WARMUP_S)
 
 
 def measure_matmuls(
@@ -87,6 +93,37 @@ def measure_matmuls(
         if step is not None:
             step(f"{dtype_name} matmuls, weight {n}x{k}")
     return out
+
+
+# (query heads, KV heads, cached tokens) of the one-query attention `measure_attention_step` times
+ATTENTION_SHAPES = ((4, 4, 512), (8, 1, 2048), (14, 14, 1024), (10, 10, 4096))
+
+
+def measure_attention_step(precision: str, repeats: int) -> dict[str, Any]:
+    """The rate of softmax attention with one query (a decode step's
+    `scaled_dot_product_attention` over its KV cache, heads of 64) at `precision`'s torch dtype,
+    as a fraction of the peak it is priced against (`attention_step`: the median over
+    `ATTENTION_SHAPES`). Why measured: torch 2.13's CPU kernel ran 2.8-3.2 GFLOP/s in bf16 on
+    this project's EPYC VM at any batch, context and head count (fp32: 9-27), where the
+    roofline's law for a one-row product gave 17; the fp16 roofline priced the attention models'
+    decode steps after 1536-4096 tokens at a third to a half of their time."""
+    import torch
+    import torch.nn.functional as F
+
+    dtype = getattr(torch, DTYPES[precision])
+    rates = []
+    for heads, kv_heads, tokens in ATTENTION_SHAPES:
+        q = torch.randn(1, heads, 1, 64, dtype=dtype)
+        k, v = (torch.randn(1, kv_heads, tokens, 64, dtype=dtype) for _ in range(2))
+        gqa = heads != kv_heads
+        t = seconds_per_call(
+            lambda q=q, k=k, v=v, g=gqa: F.scaled_dot_product_attention(q, k, v, enable_gqa=g),
+            repeats,
+            0.02,
+            warmup=0.05,
+        )
+        rates.append(4.0 * heads * 64 * tokens / t)
+    return {"flops_per_s": rates, "shapes": [list(s) for s in ATTENTION_SHAPES]}
 
 
 def cache_capacity() -> float:
@@ -196,9 +233,12 @@ def fit_to_models(
 ) -> dict[str, Any]:
     """Fit the compute efficiency, the non-matmul throughput (`vector`) and the overhead per
     operator at `precision` to real models: the time to first token of a 128-token prompt and
-    a decode step at context 128 of each reference model (medians of repeats; its weights and
+    a decode step at context 128 of each reference model (the least of repeats after
+    `WARMUP_S` of calls, as whole models are timed everywhere else; its weights and
     activations in the precision's torch dtype, `kernel_timing.DTYPES`), by least squares on
-    log times. The measured peaks stay the ceiling; the fit says how much of them whole models
+    log times. (Medians of repeats without the warm-up, as before, moved the fitted compute
+    by 4% between fits a minute apart, 0.78-0.81 in bf16 on the EPYC VM; the least, by 1%,
+    0.867-0.875.) The measured peaks stay the ceiling; the fit says how much of them whole models
     reach. The bandwidth efficiency stays the one measured (`measure_bandwidth`'s GEMV): the
     reference models' weights fit in the cache, so their times cannot tell it (fitted, it ran
     to its lower bound on a Xeon VM, and priced a 1.8B model's fp16 token at 13 s). A model
@@ -223,12 +263,10 @@ def fit_to_models(
         prompt = torch.randint(0, arch.vocab_size, (1, REFERENCE_PROMPT))
         try:
             with torch.inference_mode():
-                ttft = _median_time(lambda m=model, x=prompt: m.prefill(x), repeats, 0.0)
+                ttft = _least_time(lambda m=model, x=prompt: m.prefill(x), repeats)
                 _, state = model.prefill(prompt)
                 token = prompt[:, -1]
-                decode = _median_time(
-                    lambda m=model, s=state, x=token: m.step(x, s), 4 * repeats, 0.0
-                )
+                decode = _least_time(lambda m=model, s=state, x=token: m.step(x, s), repeats)
         except RuntimeError as e:  # torch has no kernel for one of its ops in that dtype
             skipped.append(f"{arch.summary()} ({str(e).splitlines()[0][:80]})")
         else:
@@ -283,34 +321,46 @@ def fit_half(
 ) -> dict[str, Any]:
     """The roofline at the half precision (`HALF`), fitted and checked in torch: its
     efficiencies' compute, vector and op_overhead_s fitted to the reference models timed in
-    bf16 (`fit_to_models`; `profile` is updated), then the held-out models timed in bf16 and
-    predicted at fp16 (`kernel_fit.precision_check`). Returns the profile's `validation` entries
+    bf16 (`fit_to_models`; `profile` is updated), its one-query attention rate measured
+    (`measure_attention_step`), then the held-out models timed in bf16 and predicted at fp16
+    (`kernel_fit.precision_check`). Returns the profile's `validation` entries
     for fp16/bf16 per quantity and the raw figures. Measured on this project's EPYC VM (the
     shipped `local`'s roofline): with the fp32 fit's factors the fp16 roofline under-predicted
     the bf16 times of all 11 held-out models that run in bf16, by up to 54% (90th percentile
     41% / 42%, TTFT / decode); fitted to bf16 times, 26-37% / 31-58% in five runs, errors both
-    ways (bf16 kernels in eager torch on a CPU follow no one roofline). With the long setting
-    (`kernel_fit.precision_check`), the shipped check reads 34% / 56%."""
+    ways (bf16 kernels in eager torch on a CPU follow no one roofline). With the check's long
+    setting (`kernel_fit.precision_check`) it read 34% / 56%, the attention models' long decode
+    steps 2-3x their prediction; with the measured one-query attention rate and the least of
+    repeats in `fit_to_models`, the shipped check reads 35% / 25%."""
     from archsearch.cost.devices import parse_device
     from archsearch.cost.kernel_fit import precision_check
 
     fitted = fit_to_models(repeats, profile, step, HALF)
     if step is not None:
         step(f"fit to the reference models at {HALF}")
+    attention = measure_attention_step(HALF, repeats)
+    if step is not None:
+        step(f"one-query attention at {HALF}")
     eff = profile["efficiency"][HALF]
     eff["compute"] = round(fitted["compute"], 4)
     eff["op_overhead_s"] = float(f"{fitted['op_overhead_s']:.3g}")
     eff["vector"] = round(fitted["vector"], 4)
+    peak = profile["peak_flops"][HALF]
+    eff["attention_step"] = float(f"{statistics.median(attention['flops_per_s']) / peak:.4g}")
     not_run = f"; {len(fitted['skipped'])} not run in bf16" if fitted["skipped"] else ""
     eff["source"] = (
         "archsearch calibrate: half_rows fitted to bf16 matmuls of the models' linear layers; "
         "bandwidth a GEMV's share of the memory bandwidth; compute, vector and op_overhead_s "
         f"fitted to the prefill and decode times of {fitted['models']} reference models in "
-        f"bf16 (fit error {fitted['fit_mape_percent']:.1f}%{not_run})"
+        f"bf16 (fit error {fitted['fit_mape_percent']:.1f}%{not_run}); attention_step the "
+        f"median rate of bf16 one-query attention over {len(ATTENTION_SHAPES)} shapes"
     )
     device = parse_device(profile, source="calibration", default_name=profile.get("name", "local"))
     validation, raw = precision_check(device, HALF, repeats=repeats, quick=quick, step=step)
-    return {"validation": validation, "raw": {"fit": fitted, "check": raw}}
+    return {
+        "validation": validation,
+        "raw": {"fit": fitted, "attention_step": attention, "check": raw},
+    }
 
 
 def fit_half_rows(points: list[dict[str, float]], peak: float) -> float:
@@ -360,7 +410,7 @@ def calibrate(
         2 * len(MATMUL_WEIGHTS)
         + 2
         + 2 * len(reference_models())
-        + 2
+        + 3
         + kernel_steps(quick, checks=1)
     )
     done = 0

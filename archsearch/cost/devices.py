@@ -59,6 +59,10 @@ class Efficiency:
     bandwidth: float = 0.7  # fraction of peak bandwidth a streaming read reaches
     op_overhead_s: float = 5e-6  # fixed time per operator (dispatch, launch, sync)
     vector: float = 1.0  # throughput of non-matmul kernels (scans, softmax, norms) vs roofline
+    # the rate (fraction of peak, whatever the batch) of softmax attention with one query per
+    # sequence, a decode step's `attn.sdpa`, where measured (`calibrate.fit_half`); None: the
+    # matmul law above
+    attention_step: float | None = None
     source: str = "default"
 
 
@@ -248,7 +252,15 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
                 source=source,
                 key=f"efficiency.{cls}",
             )
-        allowed = {"compute", "half_rows", "bandwidth", "op_overhead_s", "vector", "source"}
+        allowed = {
+            "compute",
+            "half_rows",
+            "bandwidth",
+            "op_overhead_s",
+            "vector",
+            "attention_step",
+            "source",
+        }
         _known_keys(entry, allowed, source, f"efficiency.{cls}")
         values = {
             k: _number(v, source=source, key=f"efficiency.{cls}.{k}", zero_ok=k == "op_overhead_s")

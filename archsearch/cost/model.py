@@ -149,7 +149,9 @@ def op_seconds(
 
     Matmuls with weights run at peak x efficiency(rows), or, on a measured profile, at the
     rate measured for their weight size and row count (x the fitted efficiency); other kernels
-    (attention, scans, norms) over many tokens at `vector` x their roofline; the memory side
+    (attention, scans, norms) over many tokens at `vector` x their roofline; a decode step's
+    softmax attention (`attn.sdpa`, one query per sequence) at the rate the profile measured
+    for it (`Efficiency.attention_step`) where it gives one; the memory side
     runs at bandwidth x efficiency, or at the measured cache bandwidth when every weight the
     phase reads fits in the last-level cache (small models decoding on a CPU).
 
@@ -184,6 +186,8 @@ def op_seconds(
             rows = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
             if table is not None and op.kind == "matmul" and np.any(op.kn):
                 rate = _table_rate(table, op.kn, rows) * eff.compute
+            elif op.name == "attn.sdpa" and phase.kind == "step" and eff.attention_step:
+                rate = peak_a * eff.attention_step  # measured: one query per sequence
             else:
                 peak = peak_w if op.kind == "matmul" else peak_a
                 rate = peak * eff.compute * rows / (rows + eff.half_rows)
