@@ -23,7 +23,6 @@ import torch
 from archsearch import yamlio
 from archsearch.cost.calibrate import fit_half, write_profile
 from archsearch.cost.devices import load_device, parse_device
-from archsearch.metrics import PRECISIONS
 
 
 def main() -> None:
@@ -34,7 +33,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="store the fit and check in the profile")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    path = Path(load_device(args.device).path)
+    device = load_device(args.device)
+    path = Path(device.path)
     profile = yamlio.loads(path.read_text(), source=str(path))
     half = fit_half(profile, args.repeats)
     fit = half["raw"]["fit"]
@@ -62,8 +62,8 @@ def main() -> None:
         v["method"] += f"; added on {when} by benchmarks/check_profile_precision.py"
         old = profile.setdefault("validation", {}).get(q, [])
         old = old if isinstance(old, list) else [old]
-        for e in old:  # unstated, a check covers fp32 on a profile with kernels, else all
-            e.setdefault("precisions", ["fp32"] if "kernels" in profile else list(PRECISIONS))
+        for e, parsed in zip(old, device.validation.get(q, ())):  # what each covers, stated
+            e["precisions"] = list(parsed.precisions)
         profile["validation"][q] = [
             *(e for e in old if not set(e["precisions"]) & set(v["precisions"])),
             v,

@@ -342,7 +342,7 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.calibrate import calibrate, write_profile
-    from archsearch.cost.devices import WorkingSetBands, describe_bands
+    from archsearch.cost.devices import describe_bands, parse_device
 
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")
@@ -371,6 +371,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
         node["ray_resource"] = cfg.device_resource
         where = f"{node['hostname']} (Ray resource {cfg.device_resource!r})"
         prof["description"] = f"{where}, measured: {node['cpu']}"
+    dev = parse_device(prof, source=str(path), default_name=name)  # a bad one is never written
     write_profile(prof, path)
     if cfg.format == "json":
         output.print_json({"path": str(path), **result})
@@ -393,23 +394,17 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
                 f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator",
             ]
         )
-    checks = [
-        (quantity, v)
-        for quantity, entries in (prof.get("validation") or {}).items()
-        for v in (entries if isinstance(entries, list) else [entries])
-    ]
-    for quantity, v in checks:
-        bands = v.get("by_working_set")
-        rows.append(
-            [
-                f"held-out {quantity} error at {'/'.join(v.get('precisions', ['fp32']))}",
-                f"MAPE {100 * v['mape']:.1f}%, within +-10% {100 * v['within_10']:.0f}% "
-                f"of {v['n']} predictions, 90th percentile +-{100 * v.get('p90', v['mape']):.0f}%"
-                + (
-                    f"; by working set: {describe_bands(WorkingSetBands(**bands))}" if bands else ""
-                ),
-            ]
-        )
+    for quantity, checks in dev.validation.items():
+        for v in checks:
+            bands = v.by_working_set
+            rows.append(
+                [
+                    f"held-out {quantity} error at {'/'.join(v.precisions)}",
+                    f"MAPE {100 * v.mape:.1f}%, within +-10% {100 * v.within_10:.0f}% of {v.n} "
+                    f"predictions, 90th percentile +-{100 * v.error:.0f}%"
+                    + (f"; by working set: {describe_bands(bands)}" if bands else ""),
+                ]
+            )
     title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"
     con.print(output.table(title, ["", ""], rows))
     con.print(f"written: {path} (use it: device={path if cfg.output else name})")

@@ -321,11 +321,11 @@ def latency_errors(
     kernel predictor's, at fp32: `devices.latency_errors`; e2e: the prefill's and the
     mean-context step's), else its one figure. None where the profile has no check at that
     precision."""
-    checks = [device.check(q, precision) for q in ERROR_QUANTITIES[metric]]
-    if any(v is None for v in checks):
+    one = latency_error(device, metric, precision)
+    if one is None:
         return None
-    if all(v.by_working_set is None for v in checks):
-        return np.full(c.n, latency_error(device, metric, precision))
+    if all(device.check(q, precision).by_working_set is None for q in ERROR_QUANTITIES[metric]):
+        return np.full(c.n, one)
     phases = {}
     if metric in ("ttft_ms", "e2e_ms"):
         phases["ttft"] = prefill_phase(prompt, batch)
