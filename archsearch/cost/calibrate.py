@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import datetime
 import os
-import platform
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from archsearch import yamlio
+from archsearch.cost.devices import cpu_name
 from archsearch.cost.kernel_timing import DTYPES, WARMUP_S, seconds_per_call
 
 MATMUL_ROWS = (1, 4, 16, 64, 256, 1024)
@@ -375,16 +375,6 @@ def fit_half_rows(points: list[dict[str, float]], peak: float) -> float:
         if err < best_err:
             best, best_err = float(h), err
     return best
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def calibrate(

@@ -20,7 +20,9 @@ or on a Ray node: `device_resource=`) live in the user device folder (`user_devi
 `$ARCHSEARCH_DEVICE_DIR`, else `$XDG_CONFIG_HOME/archsearch/devices`, else
 `~/.config/archsearch/devices`), outside the installed package, which may be read-only and is
 replaced on upgrade; `device=NAME` finds them after the shipped and plugin profiles, whose names
-they may not take. A measured profile records the machine it was measured on (`measured_on`).
+they may not take. A measured profile records the machine it was measured on (`measured_on`);
+`local` stands for the machine it is read on, so where that machine has another processor its
+description says that its latencies and their +- are the other machine's (`measured_elsewhere`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import platform
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -41,6 +44,7 @@ from archsearch.errors import UserError
 from archsearch.metrics import PRECISIONS, MetricSpec
 from archsearch.resources import check_name
 
+LOCAL = "local"  # the profile that stands for the machine it is read on
 COMPUTE_CLASSES = ("fp32", "fp16", "int8")
 PROVENANCE_KINDS = ("measured", "published-fit")
 QUANTITIES = ("ttft", "decode")  # what a validation entry measures
@@ -475,8 +479,45 @@ def spec_error(spec: MetricSpec) -> float | None:
         return None
 
 
+def cpu_name() -> str:
+    """This machine's processor as /proc/cpuinfo names it (else what `platform` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def measured_elsewhere(device: DeviceProfile) -> str | None:
+    """For `local`, which stands for this machine: a one-line note when it was measured on
+    another processor or CPU count (`measured_on`), since its latencies and their +- are then
+    that machine's; None where they match or `measured_on` does not say, and for every other
+    profile (a named device's profile is meant to be read on any machine)."""
+    if device.name != LOCAL:
+        return None
+    there = {k: device.measured_on[k] for k in ("cpu", "cpus") if device.measured_on.get(k)}
+    here = {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+    if all(there[k] == here[k] for k in there):
+        return None
+    return (
+        f"{LOCAL} was measured on {there.get('cpu', 'another CPU')} "
+        f"({there.get('cpus', '?')} CPUs), not on this machine ({here['cpu']}, {here['cpus']} "
+        f"CPUs): its latencies and their +- are that machine's; run `archsearch calibrate` to "
+        "measure this one"
+    )
+
+
 def describe_error(device: DeviceProfile) -> str:
-    """How a profile was obtained and what the +- on its latencies means, in one line."""
+    """How a profile was obtained and what the +- on its latencies means, in one line (first,
+    where `local` was measured on another machine, the note that says so)."""
+    text = _describe_error(device)
+    elsewhere = measured_elsewhere(device)
+    return f"warning: {elsewhere}. {text}" if elsewhere else text
+
+
+def _describe_error(device: DeviceProfile) -> str:
     how = (
         f"{device.provenance.kind}: {device.provenance.reason}"
         if device.provenance

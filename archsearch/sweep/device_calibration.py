@@ -48,7 +48,7 @@ def node_record(runtime: str = "torch") -> dict[str, str]:
     inside a Ray task."""
     import torch
 
-    from archsearch.cost.calibrate import cpu_name
+    from archsearch.cost.devices import cpu_name
 
     record = {
         "hostname": socket.gethostname(),
