@@ -8,6 +8,8 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from archsearch.cost.kernel_fit import glue_models
 
@@ -60,3 +62,28 @@ def test_at_drift_scales_the_predictions_by_the_machines_change_of_speed():
     assert s["at_drift"]["within_10"] == 1.0
     assert abs(s["at_drift"]["mape_percent"] - 100 * abs(1.12 * 0.9 - 1)) < 1e-9
     assert "at_drift" not in bench.summary(rows, "decode")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.3, 3.0), min_size=1, max_size=12))
+def test_attainable_is_the_share_of_pairs_one_prediction_can_meet_within_10(ratios):
+    """A pair of timings (1, r) counts iff some prediction p is within +-10% of both: checked
+    against a brute-force search over predictions on a fine grid (pairs within 1e-3 of the
+    bound, where a grid point may fall either side, are left out)."""
+    assume(all(abs(max(r, 1 / r) - 1.1 / 0.9) > 1e-3 for r in ratios))
+    grid = np.linspace(0.25, 3.5, 65001)
+    brute = [
+        bool(np.any((np.abs(grid - 1) <= 0.1) & (np.abs(grid / r - 1) <= 0.1))) for r in ratios
+    ]
+    assert bench.attainable(np.array(ratios)) == np.mean(brute)
+
+
+def test_a_retest_pair_further_apart_than_11_over_9_is_not_attainable():
+    """Two passes 25% apart: no prediction is within +-10% of both; 20% apart: 1.0 x 1.1 of the
+    faster is 0.917 of the slower, so one is."""
+    row = {"family": "gla", "decode_ms": 10.0, "decode_pred_ms": 10.0, "first_pass_builds": 1}
+    far = bench.summary([{**row, "decode_builds_ms": [10.0, 12.5]}], "decode")
+    near = bench.summary([{**row, "decode_builds_ms": [10.0, 12.0]}], "decode")
+    assert far["retest_attainable_within_10"] == 0.0
+    assert near["retest_attainable_within_10"] == 1.0
+    assert near["retest_within_10"] == 0.0  # 12 / 10 - 1 = 20% apart, yet attainable
