@@ -490,6 +490,11 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def processor() -> dict[str, str]:
+    """This machine's processor as `measured_on` records it: `cpu` (its name) and `cpus`."""
+    return {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+
+
 def measured_elsewhere(device: DeviceProfile) -> str | None:
     """For `local`, which stands for this machine: a one-line note when it was measured on
     another processor or CPU count (`measured_on`), since its latencies and their +- are then
@@ -498,7 +503,7 @@ def measured_elsewhere(device: DeviceProfile) -> str | None:
     if device.name != LOCAL:
         return None
     there = {k: device.measured_on[k] for k in ("cpu", "cpus") if device.measured_on.get(k)}
-    here = {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+    here = processor()
     if all(there[k] == here[k] for k in there):
         return None
     return (

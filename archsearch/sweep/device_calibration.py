@@ -14,7 +14,6 @@ one that leaves while the task waits for it ends the wait the same way.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import platform
 import socket
 import sys
@@ -48,12 +47,11 @@ def node_record(runtime: str = "torch") -> dict[str, str]:
     inside a Ray task."""
     import torch
 
-    from archsearch.cost.devices import cpu_name
+    from archsearch.cost.devices import processor
 
     record = {
         "hostname": socket.gethostname(),
-        "cpu": cpu_name(),
-        "cpus": str(os.cpu_count() or 1),
+        **processor(),
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "python": platform.python_version(),
         "torch": str(torch.__version__),
