@@ -4,15 +4,14 @@ on architectures calibration never saw.
 Over 48 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
 compression, the eight linear families, MCSD, a hybrid, MoE), the real PyTorch models are timed
 here (`archsearch.cost.kernel_timing.time_model_once`, `--instances` fresh builds of each, the
-least of repeats per build after `WARMUP_S` of warm-up calls, the least over builds, at a fixed
-thread count, through `archsearch.runtimes.prepare`): the prefill of a prompt (time to first
-token) and one decode step after a context, at one of four settings each. None of these
-models, and none of their (width, depth, vocabulary, prompt, context, batch) combinations, is
-timed by
-`archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels on grids of widths 64-768,
-prompts 16-512, contexts 16-2048, batches 1-8; its glue and held-out models at other sizes);
-rows outside the calibration set's ranges (width > 768, prompt > 512, context > 2048 or batch
-> 8) are marked `outside` and summarised apart.
+least of a build's samples over `SAMPLE_S` after `WARMUP_S` of warm-up calls, the least over
+builds, at a fixed thread count, through `archsearch.runtimes.prepare`): the prefill of a
+prompt (time to first token) and one decode step after a context, at one of four settings
+each. None of these models, and none of their (width, depth, vocabulary, prompt, context,
+batch) combinations, is timed by `archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels
+on grids of widths 64-768, prompts 16-512, contexts 16-2048, batches 1-8; its glue and
+held-out models at other sizes); rows outside the calibration set's ranges (width > 768,
+prompt > 512, context > 2048 or batch > 8) are marked `outside` and summarised apart.
 
 How far a measurement itself holds (`retest`): the set is timed in two passes, half of each
 architecture's builds in each, minutes apart (the figure of a row is the least over all its

@@ -893,6 +893,40 @@ def test_a_warm_up_times_the_steady_call_not_the_cold_ones(cold_calls, steady_s,
             assert timed() == pytest.approx(steady_s * slowdown)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    busy_s=st.floats(0.01, 0.5),
+    steady_s=st.floats(1e-4, 0.02),
+    slowdown=st.floats(1.2, 3.0),
+    repeats=st.integers(1, 6),
+)
+def test_a_sampling_span_outlasts_a_busy_moment(busy_s, steady_s, slowdown, repeats):
+    """A call that runs `slowdown` x slower while the machine is busy (its first `busy_s`
+    seconds, on a simulated clock): samples spanning past that moment find the steady call;
+    `repeats` back-to-back samples inside it do not. Sampling stops once the span has passed
+    and `repeats` samples are taken."""
+    from archsearch.cost import kernel_timing
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def call():
+        clock["calls"] += 1
+        clock["now"] += steady_s * (slowdown if clock["now"] < busy_s else 1.0)
+
+    def timed(span: float) -> float:
+        clock.update(now=0.0, calls=0)
+        return kernel_timing.seconds_per_call(call, repeats, 0.0, span=span)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_timing.time, "perf_counter", lambda: clock["now"])
+        span = busy_s + 2 * steady_s * slowdown
+        assert timed(span) == pytest.approx(steady_s)
+        assert repeats < clock["calls"] <= 1 + max(repeats, span / steady_s + 1)
+        if (repeats + 1) * steady_s * slowdown < busy_s:
+            assert timed(0.0) == pytest.approx(steady_s * slowdown)
+            assert clock["calls"] == repeats + 1  # the one call before sampling, then repeats
+
+
 @pytest.mark.parametrize("width", range(len(GRIDS["mamba2.forward"]["d"])))
 def test_the_mixer_grids_reach_mamba2s_own_head_count_at_every_width(width):
     """Mamba2 sets d / 32 heads by default (head size 64 at expand 2). With heads only up to 16,

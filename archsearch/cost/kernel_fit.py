@@ -148,10 +148,11 @@ class WholeModel(NamedTuple):
         min_time: float,
         instances: int = 3,
         precision: str = "fp32",
+        span: float | None = None,
     ) -> tuple[float, float]:
         """(seconds to first token, seconds of the decode step) measured in `runtime` at
         `precision` (`kernel_timing.DTYPES`), the least over `instances` builds
-        (`kernel_timing.time_model`)."""
+        (`kernel_timing.time_model`, samples over `span` seconds)."""
         return timing.time_model(
             self.arch,
             runtime,
@@ -162,6 +163,7 @@ class WholeModel(NamedTuple):
             self.batch,
             instances,
             precision,
+            span,
         )
 
     def phases(self) -> tuple[Phase, Phase]:
@@ -307,9 +309,18 @@ def validation_models() -> list[WholeModel]:
 
 
 def _plan(quick: bool, samples: int) -> dict[str, Any]:
+    """What a calibration times: kernels, samples per kernel, glue and held-out models (None:
+    all), a kernel sample's looping time and a whole model's sampling span (`SAMPLE_S`)."""
     if quick:
-        return dict(kernels=QUICK_KERNELS, samples=4, glue=2, validation=2, min_time=0.0)
-    return dict(kernels=tuple(KERNELS), samples=samples, glue=None, validation=None, min_time=0.005)
+        return dict(kernels=QUICK_KERNELS, samples=4, glue=2, validation=2, min_time=0.0, span=0.0)
+    return dict(
+        kernels=tuple(KERNELS),
+        samples=samples,
+        glue=None,
+        validation=None,
+        min_time=0.005,
+        span=timing.SAMPLE_S,
+    )
 
 
 def kernel_steps(quick: bool, samples: int = 128, checks: int = 0) -> int:
@@ -794,7 +805,9 @@ def precision_check(
     dtype = timing.DTYPES[precision]
     for i, m in enumerate(models):
         try:
-            measured = m.timed(runtime, 1 if quick else repeats, plan["min_time"], 3, precision)
+            measured = m.timed(
+                runtime, 1 if quick else repeats, plan["min_time"], 3, precision, plan["span"]
+            )
         except RuntimeError as e:  # torch has no kernel for an op in that dtype here
             if m.context != LONG[1]:
                 skipped.append(f"{m.arch.summary()} ({str(e).splitlines()[0][:80]})")
@@ -922,7 +935,7 @@ def fit_kernels(
         ran, times = [], []
         for i, m in enumerate(models):
             try:
-                times.append(m.timed(runtime, reps, plan["min_time"]))
+                times.append(m.timed(runtime, reps, plan["min_time"], span=plan["span"]))
                 ran.append(m)
             except ExportError:
                 pass

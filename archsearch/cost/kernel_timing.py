@@ -14,16 +14,17 @@ heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-8, GEMMs up t
 2048 x 3072 x 16384 (at most MAX_GEMM_FLOPS).
 
 Whole models (`time_model`) are timed as the least over `instances` fresh builds of the least
-of repeats, each after `WARMUP_S` of calls. A decode step right after its prefill runs up to
-2x slower for its first 10-15 calls, as its weights settle into the shared cache (a
-matrix-vector product over a 64-128 MiB weight, too, reached its steady time only after 3-8
-calls). Measured on this project's VM, six builds each of three models agreed within 3-5%
-once warm, where the least of their first five calls varied by up to 28%. The warm-up removes
-the transient, the least of repeats the noise of a call, the least of builds what is left of
-a build's memory placement. A kernel is called again and again within its own samples
-(calls looped for `min_time`, the least of repeats), which take it to its steady time, so the
-two agree on what they measure: the undisturbed steady time (not checked: GEMMs whose weight
-alone is 64-128 MiB, where the probe needed 3-8 calls, may be timed before it).
+of their samples over `SAMPLE_S` seconds, each after `WARMUP_S` of calls. A decode step right
+after its prefill runs up to 2x slower for its first 10-15 calls, as its weights settle into
+the shared cache (a matrix-vector product over a 64-128 MiB weight, too, reached its steady
+time only after 3-8 calls). Measured on this project's VM, six builds each of three models
+agreed within 3-5% once warm, where the least of their first five calls varied by up to 28%.
+The warm-up removes the transient, the least of samples over a span the noise of a call and
+the machine's busy moments, the least of builds what is left of a build's memory placement.
+A kernel is called again and again within its own samples (calls looped for `min_time`, the
+least of repeats), which take it to its steady time, so the two agree on what they measure:
+the undisturbed steady time (not checked: GEMMs whose weight alone is 64-128 MiB, where the
+probe needed 3-8 calls, may be timed before it).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "MAX_GEMM_FLOPS",
     "MAX_TOKENS",
     "MEMORY_SIZES",
+    "SAMPLE_S",
     "WARMUP_S",
     "Shape",
     "affordable",
@@ -229,6 +231,17 @@ rwkv6-2x768 at 1536 tokens fell from 9.3 ms to 4.8 ms, gqa-3x896 at batch 8 from
 19.5 ms (within 2-3% of the later calls by 0.2 s). A deployed model decodes hundreds of
 tokens in a row, so the steady time is the one to predict; five calls after one warm-up
 call, as before, measured the transient, and varied by +-10-30% from build to build."""
+SAMPLE_S = 0.5
+"""Seconds over which a whole model's samples are taken after its warm-up (at least `repeats`
+of them). A shared VM slows down for tenths of a second at a time (others' work on its cache
+and memory): on this project's 2-vCPU Xeon VM, a busy day, the least of a 12-layer decode step
+over quarter-second windows ran 3.2-7.0 ms, and five samples back to back, as before, fell
+inside such a moment or not; two timings of the 12 held-out models of calibration minutes
+apart agreed within +-10% for 42% of their decode steps (MAPE 17-24%, two runs) and 50-58% of
+their prefills; sampled over 0.5 s, 92% and 100% (MAPE 2.8% and 4.5%), over 1 s, 75-92%, for
+0.8 s more per timing (`benchmarks/bench_timing_window.py`). The least found is 5-6% lower for
+a decode step there, 2-4% for a prefill: a profile's model-level terms fitted to timings taken
+back to back predict those."""
 # the torch dtype a whole model is timed in, by the precision it checks: a CPU's half precision
 # is bf16 (torch 2 on this project's EPYC VM, one thread, a 256 x 1024 x 1024 matmul: fp32 111,
 # bf16 483, float16 1.1 GFLOP/s: float16 has no fast path there)
@@ -241,16 +254,19 @@ def seconds_per_call(
     min_time: float,
     reduce: Callable[[list[float]], float] = min,
     warmup: float = 0.0,
+    span: float = 0.0,
 ) -> float:
-    """Seconds per call: `reduce` of `repeats` samples, each looping until `min_time` (by
-    default the least, the undisturbed time, as `timeit` advises; others' work only adds to a
-    sample), after calls for `warmup` seconds (at least one call)."""
+    """Seconds per call: `reduce` of the samples, each looping until `min_time` (by default
+    the least, the undisturbed time, as `timeit` advises; others' work only adds to a sample),
+    taken after calls for `warmup` seconds (at least one call): `repeats` of them, and more
+    until they span `span` seconds."""
     t0 = time.perf_counter()
     fn()
     while time.perf_counter() - t0 < warmup:
         fn()
-    samples = []
-    for _ in range(repeats):
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < repeats or time.perf_counter() - start < span:
         n, t0 = 0, time.perf_counter()
         while True:
             fn()
@@ -432,13 +448,14 @@ def time_model(
     batch: int = 1,
     instances: int = 3,
     precision: str = "fp32",
+    span: float | None = None,
 ) -> tuple[float, float]:
     """(seconds to first token of a `prompt`-token prefill, seconds of one decode step after
     `context` tokens) of a whole model of `arch` on `batch` sequences, in `runtime`, its
     weights and activations at `precision` (their torch dtype: `DTYPES`): the least over
-    `instances` builds (see the module docstring)."""
+    `instances` builds (see the module docstring; `span`: `time_model_once`)."""
     runs = [
-        time_model_once(arch, runtime, prompt, context, repeats, min_time, batch, precision)
+        time_model_once(arch, runtime, prompt, context, repeats, min_time, batch, precision, span)
         for _ in range(instances)
     ]
     return min(r[0] for r in runs), min(r[1] for r in runs)
@@ -453,7 +470,11 @@ def time_model_once(
     min_time: float,
     batch: int,
     precision: str = "fp32",
+    span: float | None = None,
 ) -> tuple[float, float]:
+    """(seconds to first token, seconds of one decode step) of one fresh build of `arch` (see
+    `time_model`): each the least of samples over `span` seconds (`SAMPLE_S` by default), at
+    least `repeats` of them, after `WARMUP_S` of calls."""
     import torch
     from torch import nn
 
@@ -480,10 +501,11 @@ def time_model_once(
     model = build_model(arch).eval().to(getattr(torch, DTYPES[precision]))
     idx = torch.randint(0, arch.vocab_size, (batch, prompt))
     prefill = prepare(runtime, Prefill(model), (idx,))
-    ttft = seconds_per_call(prefill, repeats, min_time, warmup=WARMUP_S)
+    span = SAMPLE_S if span is None else span
+    ttft = seconds_per_call(prefill, repeats, min_time, warmup=WARMUP_S, span=span)
     with torch.inference_mode():
         _, state = model.prefill(torch.randint(0, arch.vocab_size, (batch, context)))
     token = torch.randint(0, arch.vocab_size, (batch,))
     step = prepare(runtime, Step(model, state), (token,))
-    decode = seconds_per_call(step, repeats, min_time, warmup=WARMUP_S)
+    decode = seconds_per_call(step, repeats, min_time, warmup=WARMUP_S, span=span)
     return ttft, decode

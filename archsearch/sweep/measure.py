@@ -1,7 +1,7 @@
 """Hardware in the loop: time the real model's prefill and decode as a Ray task.
 
 With `latency.mode=measured`, each candidate's latency objective comes from timing the real
-PyTorch model (the least of repeats after a warm-up) in a Ray task; with
+PyTorch model (timed as calibration times whole models) in a Ray task; with
 `latency.resource=NAME` the task runs only on nodes that advertise the custom resource NAME
 (e.g. a Raspberry Pi joined with `ray start --address=... --resources='{"rpi5": 1}'`).
 """
@@ -18,9 +18,9 @@ def measure_latency(
     arch_dict: dict[str, Any], settings: dict[str, int], repeats: int = 5, threads: int = 1
 ) -> dict[str, Any]:
     """Wall times of the real model, timed as calibration and the latency benchmark time them
-    (`kernel_timing.time_model_once`: the least of `repeats` calls after a warm-up): prefill of
-    `prompt` tokens (ttft_ms), one decode step at `context` tokens (decode_ms), and prompt +
-    `generate` tokens (e2e_ms)."""
+    (`kernel_timing.time_model_once`: the least of calls over `SAMPLE_S` after a warm-up):
+    prefill of `prompt` tokens (ttft_ms), one decode step at `context` tokens (decode_ms), and
+    prompt + `generate` tokens (e2e_ms)."""
     import torch
 
     from archsearch.arch import ArchConfig
