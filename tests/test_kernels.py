@@ -860,6 +860,22 @@ def test_every_model_calibration_times_builds():
     assert params == [int(count_params(columns(a))["params"][0]) for a in archs]
 
 
+def _timed_on_a_simulated_clock(cost, repeats: int, **kwargs) -> tuple[float, int]:
+    """`kernel_timing.seconds_per_call` of a call that takes `cost(now, calls made)` seconds
+    of a simulated clock started at 0: (the timing, the calls made)."""
+    from archsearch.cost import kernel_timing
+
+    clock = {"now": 0.0, "calls": 0}
+
+    def call():
+        clock["now"] += cost(clock["now"], clock["calls"])
+        clock["calls"] += 1
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernel_timing.time, "perf_counter", lambda: clock["now"])
+        return kernel_timing.seconds_per_call(call, repeats, 0.0, **kwargs), clock["calls"]
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     cold_calls=st.integers(1, 20),
@@ -872,25 +888,16 @@ def test_a_warm_up_times_the_steady_call_not_the_cold_ones(cold_calls, steady_s,
     right after its prefill does, `WARMUP_S`), on a simulated clock: after `WARMUP_S` of
     warm-up the timing is the steady call; without it, and with fewer samples than cold calls,
     it is a cold one."""
-    from archsearch.cost import kernel_timing
+    from archsearch.cost.kernel_timing import WARMUP_S
 
-    clock = {"now": 0.0, "calls": 0}
+    def cost(now, calls):
+        return steady_s * (slowdown if calls < cold_calls else 1.0)
 
-    def call():
-        cold = clock["calls"] < cold_calls
-        clock["calls"] += 1
-        clock["now"] += steady_s * (slowdown if cold else 1.0)
-
-    def timed(**warm) -> float:
-        clock["calls"] = 0
-        return kernel_timing.seconds_per_call(call, repeats, 0.0, **warm)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernel_timing.time, "perf_counter", lambda: clock["now"])
-        if cold_calls * steady_s * slowdown <= kernel_timing.WARMUP_S:
-            assert timed(warmup=kernel_timing.WARMUP_S) == pytest.approx(steady_s)
-        if repeats < cold_calls:
-            assert timed() == pytest.approx(steady_s * slowdown)
+    if cold_calls * steady_s * slowdown <= WARMUP_S:
+        timed, _ = _timed_on_a_simulated_clock(cost, repeats, warmup=WARMUP_S)
+        assert timed == pytest.approx(steady_s)
+    if repeats < cold_calls:
+        assert _timed_on_a_simulated_clock(cost, repeats)[0] == pytest.approx(steady_s * slowdown)
 
 
 @settings(max_examples=40, deadline=None)
@@ -905,26 +912,47 @@ def test_a_sampling_span_outlasts_a_busy_moment(busy_s, steady_s, slowdown, repe
     seconds, on a simulated clock): samples spanning past that moment find the steady call;
     `repeats` back-to-back samples inside it do not. Sampling stops once the span has passed
     and `repeats` samples are taken."""
+
+    def cost(now, calls):
+        return steady_s * (slowdown if now < busy_s else 1.0)
+
+    span = busy_s + 2 * steady_s * slowdown
+    timed, calls = _timed_on_a_simulated_clock(cost, repeats, span=span)
+    assert timed == pytest.approx(steady_s)
+    assert repeats < calls <= 1 + max(repeats, span / steady_s + 1)
+    if (repeats + 1) * steady_s * slowdown < busy_s:
+        timed, calls = _timed_on_a_simulated_clock(cost, repeats)
+        assert timed == pytest.approx(steady_s * slowdown)
+        assert calls == repeats + 1  # the one call before sampling, then `repeats`
+
+
+def test_a_whole_model_is_sampled_over_the_span_in_both_phases(monkeypatch):
+    """`time_model_once` samples the prefill and the decode step each over its span after the
+    warm-up (a lower bound on the wall time, which no busy machine can shorten), and the
+    timings are of one call, not of the span."""
+    import time
+
     from archsearch.cost import kernel_timing
 
-    clock = {"now": 0.0, "calls": 0}
+    calls = []
+    real = kernel_timing.seconds_per_call
 
-    def call():
-        clock["calls"] += 1
-        clock["now"] += steady_s * (slowdown if clock["now"] < busy_s else 1.0)
+    def spy(fn, repeats, min_time, **kwargs):
+        calls.append(kwargs)
+        return real(fn, repeats, min_time, **kwargs)
 
-    def timed(span: float) -> float:
-        clock.update(now=0.0, calls=0)
-        return kernel_timing.seconds_per_call(call, repeats, 0.0, span=span)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kernel_timing.time, "perf_counter", lambda: clock["now"])
-        span = busy_s + 2 * steady_s * slowdown
-        assert timed(span) == pytest.approx(steady_s)
-        assert repeats < clock["calls"] <= 1 + max(repeats, span / steady_s + 1)
-        if (repeats + 1) * steady_s * slowdown < busy_s:
-            assert timed(0.0) == pytest.approx(steady_s * slowdown)
-            assert clock["calls"] == repeats + 1  # the one call before sampling, then repeats
+    monkeypatch.setattr(kernel_timing, "seconds_per_call", spy)
+    arch = ArchConfig(
+        vocab_size=256, d_model=64, n_layers=1, max_seq_len=64, attention=AttentionConfig(n_heads=2)
+    )
+    t0 = time.perf_counter()
+    ttft, decode = kernel_timing.time_model_once(arch, "torch", 8, 16, 2, 0.0, 1, span=0.2)
+    assert time.perf_counter() - t0 >= 2 * (kernel_timing.WARMUP_S + 0.2)
+    assert calls == [{"warmup": kernel_timing.WARMUP_S, "span": 0.2}] * 2
+    assert 0 < decode < 0.2 and 0 < ttft < 0.2
+    calls.clear()
+    kernel_timing.time_model_once(arch, "torch", 8, 16, 2, 0.0, 1)
+    assert [c["span"] for c in calls] == [kernel_timing.SAMPLE_S] * 2
 
 
 @pytest.mark.parametrize("width", range(len(GRIDS["mamba2.forward"]["d"])))
