@@ -96,7 +96,7 @@ from archsearch.arch import (
 from archsearch.cost import columns, model
 from archsearch.cost.devices import latency_error, load_device
 from archsearch.cost.kernel_fit import WholeModel, glue_models
-from archsearch.cost.kernel_timing import time_model_once
+from archsearch.cost.kernel_timing import SAMPLE_S, time_model_once
 
 # (prompt, context, batch): the first inside the calibration ranges, the others outside
 SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
@@ -277,6 +277,12 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
+    sampled = dev.kernels.sample_s if dev.kernels is not None else None
+    if sampled is not None and sampled != SAMPLE_S:
+        print(
+            f"note: {args.device} was fitted to whole models sampled over {sampled:g} s "
+            f"(0: back to back), timed here over {SAMPLE_S:g} s (`kernel_timing.SAMPLE_S`)"
+        )
     t0 = time.perf_counter()
     at = args.precision
     before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models(), 3, at)
@@ -370,6 +376,7 @@ def main() -> None:
         "profile": dev.path,
         "kernel_predictor": dev.kernels is not None,
         "runtime": args.runtime,
+        "sample_s": {"here": SAMPLE_S, "profile": sampled},
         "precision": at,
         "torch": str(torch.__version__),
         "seconds": round(time.perf_counter() - t0, 1),

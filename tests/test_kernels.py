@@ -101,12 +101,13 @@ def synthetic_kernels() -> Kernels:
     )
 
 
-@pytest.mark.parametrize("passes", [None, TABLE])
-def test_kernels_round_trip_through_yaml(passes):
-    kernels = dataclasses.replace(synthetic_kernels(), passes=passes)
+@pytest.mark.parametrize(("passes", "sample_s"), [(None, 0.0), (TABLE, 0.5)])
+def test_kernels_round_trip_through_yaml(passes, sample_s):
+    kernels = dataclasses.replace(synthetic_kernels(), passes=passes, sample_s=sample_s)
     text = yamlio.dumps({"kernels": kernels.to_dict()})
     back = parse_kernels(yamlio.loads(text)["kernels"], source="mem")
     assert back.to_dict() == kernels.to_dict() and back.passes == passes
+    assert back.sample_s == sample_s
     X = RNG.uniform(0, 10, (50, len(KERNELS["gqa.step"])))
     got, want = back.correction("gqa.step", X), kernels.correction("gqa.step", X)
     np.testing.assert_allclose(got, want, rtol=1e-5)  # leaf values keep 6 significant digits
@@ -624,6 +625,15 @@ def first_tree(model: dict, key: str, line: str) -> None:
     model[key] = "; ".join([line, *model[key].split("; ")[1:]])
 
 
+def test_a_profile_calibrated_before_the_span_reads_as_sampled_back_to_back():
+    """`sample_s` is absent from profiles calibrated before whole models were sampled over a
+    span: they parse, as 0 (samples back to back); the shipped `local` is one of them."""
+    kernels = synthetic_kernels().to_dict()
+    kernels.pop("sample_s")
+    assert parse_kernels(kernels, source="test").sample_s == 0.0
+    assert load_device("local").kernels.sample_s == 0.0
+
+
 def write_profile(tmp_path: Path, kernels: dict) -> Path:
     raw = yamlio.load(load_device("nvidia_a10").path)
     raw["kernels"] = kernels
@@ -636,6 +646,7 @@ def write_profile(tmp_path: Path, kernels: dict) -> Path:
     ("edit", "key", "fragment"),
     [
         (lambda k: k.update(threads=0), "kernels.threads", "0"),
+        (lambda k: k.update(sample_s="half"), "kernels.sample_s", "'half'"),
         (lambda k: k.pop("glue"), "kernels.glue", "missing"),
         (
             lambda k: k["glue"]["step"].update(scale=1.0),
@@ -835,6 +846,7 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     assert {k: len(v) for k, v in timed.items() if v} == dev.kernels.samples
     assert all(s["seconds"] > 0 for v in timed.values() for s in v)
     assert dev.kernels is not None and dev.kernels.runtime == "torch"
+    assert dev.kernels.sample_s == 0.0  # a smoke run samples whole models back to back
     assert {"gemm", "gqa.forward", "gqa.step"} <= set(dev.kernels.predictors)
     assert dev.provenance.kind == "measured"
     assert set(dev.validation) == {"ttft", "decode"} and dev.check("ttft", "fp32").n >= 1

@@ -391,7 +391,8 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
             [
                 "kernel predictor",
                 f"{len(k['predictors'])} kernels, {timings} timings in {k['runtime']}; "
-                f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator",
+                f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator; whole models sampled over "
+                f"{k.get('sample_s', 0.0):g} s",
             ]
         )
     for quantity, checks in dev.validation.items():

@@ -881,6 +881,7 @@ def fit_kernels(
         cpu=cpu or "unknown",
         dispatch_s=timing.dispatch_seconds(runtime, reps),
         glue={phase: NO_GLUE for phase in PHASES},
+        sample_s=plan["span"],
     )
     note("dispatch overhead per operator")
     sizes = timing.MEMORY_SIZES[:8] if quick else timing.MEMORY_SIZES

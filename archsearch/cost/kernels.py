@@ -35,7 +35,8 @@ was timed in, torch version, threads, date, CPU, the dispatch overhead per opera
 model-level terms (`glue`, by phase: `Glue`), per kernel its roofline coefficients and
 ensemble, and the extra passes GEMMs of a few rows make over their weights (`passes`:
 `Passes`; absent from profiles calibrated before it, or in a runtime other than torch, and then
-every GEMM makes one pass).
+every GEMM makes one pass), and the span over which its whole models were sampled (`sample_s`:
+`kernel_timing.SAMPLE_S`; 0, back to back, in profiles calibrated before it).
 """
 
 from __future__ import annotations
@@ -388,6 +389,7 @@ class Kernels:
     samples: dict[str, int] = field(default_factory=dict)  # timings each predictor was fitted to
     fresh_error: dict[str, float] = field(default_factory=dict)  # MAPE on its last fresh shapes
     passes: Passes | None = None  # GEMMs of a few rows (None: one pass at every row count)
+    sample_s: float = 0.0  # seconds over which its whole models' samples were taken
 
     def correction(self, kernel: str, X: np.ndarray) -> np.ndarray:
         """exp(learned log ratio) of measured to base time per row (1 without a predictor).
@@ -422,6 +424,7 @@ class Kernels:
                 for name, ens in self.predictors.items()
             },
             **({"passes": self.passes.to_dict()} if self.passes is not None else {}),
+            "sample_s": self.sample_s,
         }
 
 
@@ -439,9 +442,10 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
     if not isinstance(raw, dict):
         raise fail(f"expected a mapping, got {type(raw).__name__}", "")
     known = {"runtime", "torch", "threads", "date", "cpu", "dispatch_s", "glue", "predictors"}
-    extra = sorted(set(map(str, raw)) - known - {"passes"})  # passes: optional (`Passes`)
+    optional = {"passes", "sample_s"}  # absent from profiles calibrated before them
+    extra = sorted(set(map(str, raw)) - known - optional)
     if extra:
-        raise fail(f"unknown key (known: {', '.join(sorted(known | {'passes'}))})", extra[0])
+        raise fail(f"unknown key (known: {', '.join(sorted(known | optional))})", extra[0])
     for k in sorted(known):
         if k not in raw:
             raise fail("missing required key", k)
@@ -494,6 +498,7 @@ def parse_kernels(raw: Any, *, source: str, key: str = "kernels") -> Kernels | N
         samples=samples,
         fresh_error=fresh,
         passes=_passes(raw["passes"], fail) if "passes" in raw else None,
+        sample_s=_seconds(raw.get("sample_s", 0.0), fail, "sample_s"),
     )
 
 
