@@ -239,7 +239,9 @@ over quarter-second windows ran 3.2-7.0 ms, and five samples back to back, as be
 inside such a moment or not; two timings of the 12 held-out models of calibration minutes
 apart agreed within +-10% for 42% of their decode steps (MAPE 17-24%, two runs) and 50-58% of
 their prefills; sampled over 0.5 s, 92% and 100% (MAPE 2.8% and 4.5%), over 1 s, 75-92%, for
-0.8 s more per timing (`benchmarks/bench_timing_window.py`). The least found is 5-6% lower for
+0.8 s more per timing (`benchmarks/bench_timing_window.py`; a third run, 0 against 0.5 s: decode
+50% -> 83%, prefills 75% -> 58% with their MAPE 11% -> 9%, the machine 8% faster in its second
+pass: a span takes out moments, not a drift over minutes). The least found is 5-6% lower for
 a decode step there, 2-4% for a prefill: a profile's model-level terms fitted to timings taken
 back to back predict those."""
 # the torch dtype a whole model is timed in, by the precision it checks: a CPU's half precision
