@@ -8,7 +8,7 @@ back to back after the warm-up (a decode step: 10-50 ms) fall inside one such mo
 outside it, and two timings of the same model agree only as often as both fall outside one.
 Sampling over a span of `S` seconds gives the least more moments to find an undisturbed one.
 
-For each span of `--spans` (0: `repeats` samples back to back, as before), each of the
+For each span of `--spans` and 0 (`repeats` samples back to back, as before), each of the
 calibration's held-out models (`kernel_fit.validation_models`, twelve families and sizes) is
 timed in two passes minutes apart, `--builds` fresh builds per pass, the spans interleaved
 build by build (so that every span meets the same moments of the machine). Printed and saved
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -37,16 +38,32 @@ from archsearch.cost.kernel_timing import time_model_once
 PHASES = ("ttft", "decode")
 
 
+def spans_arg(text: str) -> list[float]:
+    """`--spans`: seconds, comma-separated, each finite and >= 0; 0 (back to back, what the
+    others are compared with) is always timed, first."""
+    try:
+        spans = [float(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds separated by commas, got {text!r}"
+        ) from None
+    if not all(math.isfinite(s) and s >= 0 for s in spans):
+        raise argparse.ArgumentTypeError(f"expected finite seconds >= 0, got {text!r}")
+    return sorted({0.0, *spans})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--builds", type=int, default=2, help="builds per pass and span")
-    ap.add_argument("--spans", default="0,0.25,1.0", help="sampling spans to compare (s)")
+    ap.add_argument(
+        "--spans", type=spans_arg, default="0,0.25,1.0", help="sampling spans to compare (s)"
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "timing_window.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    spans = [float(s) for s in args.spans.split(",")]
+    spans = args.spans  # spans[0] == 0: the back-to-back timings the others are compared with
     models = validation_models()
     # timed[span][model][pass] -> list of (ttft, decode, seconds) per build
     timed = [[[[], []] for _ in models] for _ in spans]

@@ -1,23 +1,35 @@
 """The latency benchmark (benchmarks/bench_latency_accuracy.py): its sentinels (the glue models
 it times again before every held-out architecture to watch the machine's cache share), its
-retest of the two passes, and its reading at the machine's drift."""
+retest of the two passes, and its reading at the machine's drift; and the timing-window
+benchmark's spans (benchmarks/bench_timing_window.py)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from archsearch.cost.kernel_fit import glue_models
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_latency_accuracy.py"
-SPEC = importlib.util.spec_from_file_location("bench_latency_accuracy", PATH)
-assert SPEC is not None and SPEC.loader is not None
-bench = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(bench)
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    """A script of benchmarks/ as a module."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load("bench_latency_accuracy")
+window = _load("bench_timing_window")
 
 
 def test_the_sentinels_are_glue_models_nearest_their_working_sets():
@@ -87,3 +99,20 @@ def test_a_retest_pair_further_apart_than_11_over_9_is_not_attainable():
     assert far["retest_attainable_within_10"] == 0.0
     assert near["retest_attainable_within_10"] == 1.0
     assert near["retest_within_10"] == 0.0  # 12 / 10 - 1 = 20% apart, yet attainable
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=5))
+def test_the_timing_window_always_compares_with_back_to_back_first(spans):
+    """`--spans` gives its spans once each, smallest first, with 0 (back to back, what the
+    figures are relative to) always among them."""
+    got = window.spans_arg(",".join(repr(s) for s in spans))
+    assert got[0] == 0.0 and got == sorted(set(got)) and set(got) == {0.0, *spans}
+
+
+@pytest.mark.parametrize("text", ["abc", "0.5,", "-1", "0,nan", "inf"])
+def test_a_bad_span_is_an_argument_error(text):
+    """Not seconds, negative, nan or infinite (a span that never ends): argparse's one-line
+    error, exit 2, before anything is timed."""
+    with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
+        window.spans_arg(text)
