@@ -62,7 +62,14 @@ def measure(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
     model = build_model(arch).eval()
     proc = psutil.Process()
     n_max = s.lengths[-1]
-    run = deploy(model, s.runtime, prompt=s.prompt, max_context=s.prompt + n_max, threads=s.threads)
+    run = deploy(
+        model,
+        s.runtime,
+        prompt=s.prompt,
+        max_context=s.prompt + n_max,
+        threads=s.threads,
+        batches=tuple(s.batches),
+    )
     out: dict[str, Any] = {
         "runtime": s.runtime,
         "rss_after_build": proc.memory_info().rss,
@@ -70,7 +77,8 @@ def measure(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
     }
     g = torch.Generator().manual_seed(0)
     if s.runtime != "torch":
-        idx = torch.randint(0, arch.vocab_size, (1, s.prompt), generator=g)
+        # at the first batch size measured (ExecuTorch lowers programs per batch size)
+        idx = torch.randint(0, arch.vocab_size, (s.batches[0], s.prompt), generator=g)
         diff, scale = logit_error(model, run, idx, min(s.check_steps, n_max))
         out["logit_check"] = {"max_abs_diff": diff, "max_abs_logit": scale, "steps": s.check_steps}
     with torch.inference_mode():

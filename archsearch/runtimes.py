@@ -4,17 +4,23 @@ edge user ships in, for timing and for checking its numbers against PyTorch.
 - `torch`: PyTorch eager under `torch.inference_mode` (what training uses).
 - `onnxruntime`: the module goes through `torch.export` and `torch.onnx.export(dynamo=True)`
   once, and runs in an ONNX Runtime CPU session with a fixed number of threads.
+- `executorch`: the module goes through `torch.export`, is lowered to XNNPACK
+  (`to_edge_transform_and_lower` with the `XnnpackPartitioner`, what ExecuTorch's own LLM
+  export uses on CPUs and phones; operators XNNPACK lacks stay on ExecuTorch's portable
+  kernels) and runs as an ExecuTorch program in its runtime (the `executorch` extra). Its
+  memory plan fixes the batch size, so `deploy` lowers one program pair per batch size (those
+  it is given at once, others on first use); the context stays symbolic (up to `max_context`).
 
 `prepare(runtime, module, inputs)` exports a module once for a runtime and returns a
 zero-argument callable that runs `module(*inputs)` there (the cost model's kernel timings use
 it). `deploy(model, runtime, ...)` does the same for a whole `LanguageModel`: its prefill
 (tokens -> logits and the decode state) and its decode step with the state as explicit inputs
 and outputs (tokens, the position, every layer's KV cache / latents / recurrent state -> logits
-and the new state), exported with a dynamic batch size, context and position so one export
-decodes every step. Anything that does not export raises `ExportError`, whose text is a one-line
-reason (the stage and the exporter's first line). `logit_error` runs a prompt and several decode
-steps in PyTorch and in the runtime, carrying the state through the runtime, and returns the
-largest |logit difference|.
+and the new state), exported with a dynamic batch size (ONNX Runtime), context and position so
+one export decodes every step. Anything that does not export raises `ExportError`, whose text is
+a one-line reason (the stage and the exporter's first line). `logit_error` runs a prompt and
+several decode steps in PyTorch and in the runtime, carrying the state through the runtime, and
+returns the largest |logit difference|.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
 import traceback
 from collections.abc import Callable, Iterator
@@ -32,6 +39,7 @@ from typing import Any
 import torch
 import torch.utils._pytree
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from archsearch.models import LanguageModel, State, gemm
 from archsearch.models.rope import RoPE
@@ -46,11 +54,12 @@ __all__ = [
     "prepare",
 ]
 
-RUNTIMES = ("torch", "onnxruntime")
+RUNTIMES = ("torch", "onnxruntime", "executorch")
 # fp32 logits of the runtime vs PyTorch eager: a relative tolerance on max |logit| (kernels fuse
 # and reorder sums differently, so the last bits differ; a wrong graph is off by O(1))
 LOGIT_TOLERANCE = 1e-4
 REASON_CHARS = 240
+EXECUTORCH_MISSING = "executorch is not installed: pip install 'archsearch[executorch]'"
 OPSET = 18
 
 
@@ -128,6 +137,16 @@ def _session(onnx_bytes: bytes, threads: int):
     return ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
 
 
+def _export(module: nn.Module, inputs: tuple, what: str, dynamic_shapes: Any = None):
+    """`torch.export` of `module(*inputs)`, traced without autograd (the inputs or a module's
+    caches may be inference tensors); ExportError with the stage."""
+    try:
+        with _quiet(), torch.no_grad():
+            return torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=False)
+    except Exception as e:
+        raise ExportError(_one_line(f"torch.export of the {what} failed", e)) from None
+
+
 def _to_onnx(
     module: nn.Module,
     inputs: tuple,
@@ -136,13 +155,8 @@ def _to_onnx(
     input_names: list[str] | None = None,
     dynamic_shapes: Any = None,
 ) -> bytes:
-    """The ONNX model of `module(*inputs)` through torch.export, traced without autograd (the
-    inputs or a module's caches may be inference tensors); ExportError with the stage."""
-    try:
-        with _quiet(), torch.no_grad():
-            ep = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes, strict=False)
-    except Exception as e:
-        raise ExportError(_one_line(f"torch.export of the {what} failed", e)) from None
+    """The ONNX model of `module(*inputs)` through torch.export; ExportError with the stage."""
+    ep = _export(module, inputs, what, dynamic_shapes)
     try:
         with _quiet(), torch.no_grad():
             program = torch.onnx.export(
@@ -151,6 +165,105 @@ def _to_onnx(
             return program.model_proto.SerializeToString()
     except Exception as e:
         raise ExportError(_one_line(f"ONNX conversion of the {what} failed", e)) from None
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Point file descriptor 2 at /dev/null for the duration: ExecuTorch's C++ runtime logs
+    (CPU probing when a program loads, the thread pool) straight to it, around Python."""
+    import sys
+
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class _Program:
+    """An ExecuTorch program of `module(*inputs)` lowered to XNNPACK and loaded in the
+    runtime: called with the flat list of tensor inputs, returns the flat list of outputs. It
+    holds the program's bytes for as long as it lives (the loaded program reads them in place;
+    freed, it crashes the process)."""
+
+    def __init__(self, module: nn.Module, inputs: tuple, what: str, dynamic_shapes: Any = None):
+        ep = _export(module, inputs, what, dynamic_shapes)
+        try:
+            with _quiet(), _native_stderr_silenced():
+                from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
+                    XnnpackPartitioner,
+                )
+                from executorch.exir import to_edge_transform_and_lower
+        except ImportError:
+            raise ExportError(EXECUTORCH_MISSING) from None
+        try:
+            with _quiet(), _native_stderr_silenced(), torch.no_grad():
+                edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+                self.buffer = edge.to_executorch().buffer
+        except Exception as e:
+            raise ExportError(_one_line(f"ExecuTorch lowering of the {what} failed", e)) from None
+        from executorch.runtime import Runtime
+
+        with _native_stderr_silenced():
+            self.program = Runtime.get().load_program(self.buffer)
+            self.method = self.program.load_method("forward")
+
+    def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return list(self.method.execute(tensors))
+
+
+_pool_in_use: list[int] = []  # the thread count programs loaded in this process run on
+
+
+def _executorch_threads(threads: int) -> None:
+    """ExecuTorch's one process-wide thread pool (XNNPACK's) sized to `threads`, before a
+    program is loaded. A loaded program keeps the pool it was loaded with and waits for ever on
+    it once the pool is replaced, so after the first program the size is fixed: ValueError for
+    another. The runtime offers no public setting in 1.5.1; `_unsafe_reset_threadpool` is the
+    pybindings' own."""
+    if _pool_in_use:
+        if _pool_in_use[0] != threads:
+            raise ValueError(
+                f"ExecuTorch runs on {_pool_in_use[0]} threads in this process (its programs "
+                f"are loaded on that pool); {threads} needs a new process"
+            )
+        return
+    try:
+        with _quiet(), _native_stderr_silenced():  # torchao's import and the runtime's logs
+            from executorch.extension.pybindings.portable_lib import (
+                _threadpool_get_thread_count,
+                _unsafe_reset_threadpool,
+            )
+    except ImportError:
+        raise ExportError(EXECUTORCH_MISSING) from None
+    with _native_stderr_silenced():  # the first call probes the CPU, and logs it
+        if _threadpool_get_thread_count() != threads:
+            _unsafe_reset_threadpool(threads)
+    _pool_in_use.append(threads)
+
+
+class _TensorArgs(nn.Module):
+    """`module(*inputs)` called with only the tensors among `inputs` (in pytree order): the
+    other leaves (ints, None, strings) are fixed, so every exported input is a tensor."""
+
+    def __init__(self, module: nn.Module, inputs: tuple):
+        super().__init__()
+        self.module = module
+        self.leaves, self.spec = tree_flatten(inputs)
+        self.is_tensor = [isinstance(x, torch.Tensor) for x in self.leaves]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [x for x, t in zip(self.leaves, self.is_tensor) if t]
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        given = iter(tensors)
+        leaves = [next(given) if t else x for x, t in zip(self.leaves, self.is_tensor)]
+        return self.module(*tree_unflatten(leaves, self.spec))
 
 
 def _run_session(session, feeds: dict[str, Any]) -> list[torch.Tensor]:
@@ -186,6 +299,16 @@ def prepare(
     from torch.utils._pytree import tree_leaves, tree_map
 
     inputs = tree_map(_normal_tensor, inputs)
+    if runtime == "executorch":
+        _executorch_threads(threads or torch.get_num_threads())
+        wrapped = _TensorArgs(module, inputs)
+        tensors = wrapped.tensors()
+        program = _Program(wrapped, tuple(tensors), type(module).__name__)
+
+        def run_executorch() -> Any:
+            return program(tensors)
+
+        return run_executorch
     # tensors (also inside lists and dicts, as a mixer's state) become the graph's inputs, in
     # pytree order; other values (ints, None) are fixed into the graph
     tensors = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
@@ -269,9 +392,11 @@ def deploy(
     prompt: int,
     max_context: int,
     threads: int | None = None,
+    batches: tuple[int, ...] = (1,),
 ) -> Deployed:
     """`model` in `runtime`: a prefill of `prompt` tokens (any batch size) and a decode step at
-    any context up to `max_context` tokens. Raises ExportError with the reason."""
+    any context up to `max_context` tokens. Raises ExportError with the reason. ExecuTorch
+    lowers its programs for `batches` here and for other batch sizes on first use."""
     _check_runtime(runtime)
     model.eval()
     if runtime == "torch":
@@ -290,6 +415,9 @@ def deploy(
         if isinstance(m, RoPE) and m.rope_dim:
             m.cos_sin(0, max_context + 2, model.wte.weight)
     threads = threads or torch.get_num_threads()
+    if runtime == "executorch":
+        _executorch_threads(threads)
+        return _deploy_executorch(model, prompt, max_context, batches)
     B, T0 = 2, max(prompt, 2)  # examples above 1: torch.export specialises sizes 0 and 1
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, model.arch.vocab_size, (B, prompt), generator=g)
@@ -344,6 +472,59 @@ def deploy(
         return logits, _unflatten(flat, keys, state.pos + 1)
 
     return Deployed(runtime, prefill_ort, step_ort)
+
+
+def _deploy_executorch(
+    model: LanguageModel, prompt: int, max_context: int, batches: tuple[int, ...]
+) -> Deployed:
+    """`deploy` in ExecuTorch: its memory plan fixes every size but the bounded symbolic ones,
+    and a batch size of 1 cannot stay symbolic, so each batch size gets its own prefill and
+    decode-step programs (the context stays symbolic): `batches` lowered here, so an export
+    failure is raised at once, any other the first time it runs."""
+    T0 = max(prompt, 2)  # above 1: torch.export specialises sizes 0 and 1
+    programs: dict[int, tuple[_Program, _Program, list[tuple[str, ...]]]] = {}
+
+    def lowered(B: int) -> tuple[_Program, _Program, list[tuple[str, ...]]]:
+        if B not in programs:
+            g = torch.Generator().manual_seed(0)
+            vocab = model.arch.vocab_size
+            with torch.no_grad():
+                _, st0 = model.prefill(torch.randint(0, vocab, (B, T0), generator=g))
+                _, st1 = model.step(torch.zeros(B, dtype=torch.long), st0)
+            keys = [tuple(layer) for layer in st0.layers]
+            flat0, flat1 = _flatten(st0, keys), _flatten(st1, keys)
+            ctx = torch.export.Dim("context", min=1, max=max_context)
+            pos = torch.export.Dim("position", min=1, max=max_context)
+            state_dims = tuple(
+                dict.fromkeys(grow, ctx) or None for grow in _growing_dims(flat0, flat1)
+            )
+            idx = torch.randint(0, vocab, (B, prompt), generator=g)
+            prefill = _Program(_Prefill(model, keys), (idx,), "prefill")
+            step = _Program(
+                _Step(model, keys),
+                (torch.zeros(B, dtype=torch.long), torch.zeros(T0), *flat0),
+                "decode step",
+                dynamic_shapes=(None, {0: pos}, state_dims),
+            )
+            programs[B] = (prefill, step, keys)
+        return programs[B]
+
+    for B in batches:
+        lowered(B)
+
+    def prefill_et(idx: torch.Tensor) -> tuple[torch.Tensor, State]:
+        if idx.shape[1] != prompt:
+            raise ValueError(f"exported for a {prompt}-token prompt, got {idx.shape[1]}")
+        program, _, keys = lowered(idx.shape[0])
+        logits, *flat = program([idx])
+        return logits, _unflatten(flat, keys, prompt)
+
+    def step_et(token: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        _, program, keys = lowered(token.shape[0])
+        logits, *flat = program([token, torch.zeros(state.pos), *_flatten(state, keys)])
+        return logits, _unflatten(flat, keys, state.pos + 1)
+
+    return Deployed("executorch", prefill_et, step_et)
 
 
 def _positions(pos: int):

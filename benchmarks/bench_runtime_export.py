@@ -3,11 +3,12 @@
 Every mixer family (attention MHA/GQA/MQA/MLA, the eight linear families, MCSD, a GLA+GQA
 hybrid (`LLLN`), a GQA model with MoE channel mixers) is built at one size and exported to each
 runtime: its prefill and its decode step with the state as inputs and outputs (torch.export,
-then ONNX). For each: whether it exports (else the one-line reason), the largest |logit
-difference| against PyTorch eager over the prompt and `--steps` decode steps with the state
-carried through the runtime (and the largest |logit| for scale), and the median prefill time
-(TTFT) and decode-step time (at context prompt + steps) in torch eager and in the runtime, at a
-fixed thread count. Prints a table and saves benchmarks/results/runtime_export.json.
+then ONNX, or lowered to XNNPACK for ExecuTorch). For each: whether it exports (else the
+one-line reason) and how long that took, the largest |logit difference| against PyTorch eager
+over the prompt and `--steps` decode steps with the state carried through the runtime (and the
+largest |logit| for scale), and the median prefill time (TTFT) and decode-step time (at context
+prompt + steps) in torch eager and in the runtime, at a fixed thread count. Prints a table and
+saves benchmarks/results/runtime_export.json.
 
     python benchmarks/bench_runtime_export.py --threads 1            # on a quiet machine
     python benchmarks/bench_runtime_export.py --quick                # a smoke run
@@ -144,6 +145,7 @@ def main() -> None:
                 "settings": settings,
                 "torch": torch.__version__,
                 "onnxruntime": _version("onnxruntime"),
+                "executorch": _version("executorch"),
                 "logit_tolerance_relative": LOGIT_TOLERANCE,
                 "rows": rows,
             },

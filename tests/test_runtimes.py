@@ -1,11 +1,12 @@
 """Deploy runtimes (`archsearch.runtimes`): a candidate's prefill and decode step exported through
-torch.export to ONNX Runtime, with the decode state carried through the runtime; the runtime's
-logits equal PyTorch's; a candidate that does not export gets a one-line reason; `archsearch
-profile runtime=onnxruntime` end to end."""
+torch.export to ONNX Runtime and to ExecuTorch (XNNPACK), with the decode state carried through
+the runtime; the runtime's logits equal PyTorch's; a candidate that does not export gets a
+one-line reason; `archsearch profile runtime=...` end to end."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -16,7 +17,14 @@ from hypothesis import strategies as st
 from archsearch.arch import ArchConfig
 from archsearch.cli import main
 from archsearch.models import build_model
-from archsearch.runtimes import LOGIT_TOLERANCE, ExportError, deploy, logit_error, prepare
+from archsearch.runtimes import (
+    EXECUTORCH_MISSING,
+    LOGIT_TOLERANCE,
+    ExportError,
+    deploy,
+    logit_error,
+    prepare,
+)
 
 BASE = {
     "vocab_size": 64,
@@ -42,6 +50,13 @@ MLA_MAMBA = {
     "linear": {"family": "mamba2", "n_heads": 2},
 }
 MOE = {**BASE, "name": "tiny_moe", "n_layers": 1, "moe": {"n_experts": 4, "top_k": 2}}
+DELTANET = {
+    **BASE,
+    "name": "tiny_deltanet",
+    "n_layers": 1,
+    "layers": {"mixer": "linear"},
+    "linear": {"family": "deltanet", "n_heads": 2},
+}
 PROMPT, MAX_CONTEXT = 6, 24
 
 
@@ -50,18 +65,27 @@ def model_of(spec: dict):
     return build_model(ArchConfig.from_dict(spec)).eval()
 
 
-@pytest.fixture(scope="module", params=[HYBRID, MLA_MAMBA], ids=lambda s: s["name"])
+# ExecuTorch lowers a program pair per batch size (each a few seconds): the hybrid only; every
+# family's table is benchmarks/bench_runtime_export.py's
+@pytest.fixture(
+    scope="module",
+    params=[("onnxruntime", HYBRID), ("onnxruntime", MLA_MAMBA), ("executorch", HYBRID)],
+    ids=lambda p: f"{p[0]}-{p[1]['name']}",
+)
 def exported(request):
-    model = model_of(request.param)
-    return model, deploy(model, "onnxruntime", prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
+    runtime, spec = request.param
+    model = model_of(spec)
+    return model, deploy(model, runtime, prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
 
 
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batch=st.integers(1, 3), steps=st.integers(1, MAX_CONTEXT - PROMPT), seed=st.integers(0, 99))
-def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, batch, steps, seed):
+@given(data=st.data(), steps=st.integers(1, MAX_CONTEXT - PROMPT), seed=st.integers(0, 99))
+def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, data, steps, seed):
     model, run = exported
+    # ExecuTorch: batch 1 (lowered by deploy) and 2 (lowered on first use) keep its time down
+    batch = data.draw(st.integers(1, 3 if run.runtime == "onnxruntime" else 2), label="batch")
     idx = torch.randint(0, 64, (batch, PROMPT), generator=torch.Generator().manual_seed(seed))
     diff, scale = logit_error(model, run, idx, steps)
     assert scale > 0.1  # real logits, not zeros
@@ -91,13 +115,27 @@ def test_the_state_lives_in_the_runtime_and_grows_with_the_context(exported):
     assert not torch.allclose(run.step(token, wrong)[0], run.step(token, state)[0])
 
 
-def test_a_candidate_that_does_not_export_gets_a_one_line_reason():
-    model = model_of(MOE)
+@pytest.mark.parametrize(
+    ("runtime", "spec", "start"),
+    [
+        ("onnxruntime", MOE, "torch.export of the prefill failed at archsearch/models/moe.py:"),
+        ("executorch", MOE, "torch.export of the prefill failed at archsearch/models/moe.py:"),
+        (  # exports, but the triangular solve of its chunked form is no Core ATen operator
+            "executorch",
+            DELTANET,
+            "ExecuTorch lowering of the prefill failed: SpecViolationError: Operator "
+            "torch._ops.aten.linalg_solve_triangular.default is not in Core ATen opset",
+        ),
+    ],
+    ids=["onnxruntime-moe", "executorch-moe", "executorch-deltanet"],
+)
+def test_a_candidate_that_does_not_export_gets_a_one_line_reason(runtime, spec, start):
+    model = model_of(spec)
     with pytest.raises(ExportError) as err:
-        deploy(model, "onnxruntime", prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
+        deploy(model, runtime, prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
     reason = str(err.value)
     assert "\n" not in reason and len(reason) <= 240
-    assert reason.startswith("torch.export of the prefill failed at archsearch/models/moe.py:")
+    assert reason.startswith(start), reason
 
 
 class Step(torch.nn.Module):
@@ -124,14 +162,37 @@ def test_prepare_runs_a_kernel_in_each_runtime():
         y, _ = mixer.step(x, state, 5)
     got = prepare("onnxruntime", Step(mixer), (x, state, 5), threads=1)()
     torch.testing.assert_close(torch.from_numpy(got[0]), y, rtol=1e-5, atol=1e-6)
+    got = prepare("executorch", Step(mixer), (x, state, 5), threads=1)()
+    torch.testing.assert_close(got[0], y, rtol=1e-5, atol=1e-6)
+    x = torch.randn(4, 16)
+    (got,) = prepare("executorch", layer, (x,), threads=1)()
+    torch.testing.assert_close(got, layer(x).detach(), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="unknown runtime 'tflite'"):
         prepare("tflite", layer, (x,))
 
 
-def test_profile_in_onnxruntime_end_to_end(tmp_path, capsys):
+def test_executorch_keeps_the_thread_pool_its_programs_were_loaded_on():
+    layer, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+    run = prepare("executorch", layer, (x,), threads=1)
+    # a second size would replace the pool under the loaded program, which then hangs
+    with pytest.raises(ValueError, match="runs on 1 threads in this process"):
+        prepare("executorch", layer, (x,), threads=2)
+    torch.testing.assert_close(run()[0], layer(x).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_without_executorch_installed_the_reason_says_how_to_install_it(monkeypatch):
+    for name in ("executorch.exir", "executorch.extension.pybindings.portable_lib"):
+        monkeypatch.setitem(sys.modules, name, None)  # an import of it raises ImportError
+    with pytest.raises(ExportError, match=r"^executorch is not installed: pip install") as err:
+        prepare("executorch", torch.nn.Linear(4, 4), (torch.randn(2, 4),), threads=1)
+    assert str(err.value) == EXECUTORCH_MISSING
+
+
+@pytest.mark.parametrize(("runtime", "batches"), [("onnxruntime", [1, 2]), ("executorch", [2])])
+def test_profile_in_a_deploy_runtime_end_to_end(runtime, batches, tmp_path, capsys):
     paths = []
     for spec in (
-        {**BASE, "name": "tiny_gqa_ort", "n_layers": 1, "layers": {"mixer": "attention"}},
+        {**BASE, "name": "tiny_gqa", "n_layers": 1, "layers": {"mixer": "attention"}},
         MOE,
     ):
         paths.append(tmp_path / f"{spec['name']}.yaml")
@@ -141,10 +202,11 @@ def test_profile_in_onnxruntime_end_to_end(tmp_path, capsys):
         [
             "profile",
             f"arch={paths[0]},{paths[1]}",
-            "runtime=onnxruntime",
+            f"runtime={runtime}",
+            "threads=1",
             "prompt=4",
             "lengths=[2,4]",
-            "batches=[1,2]",
+            f"batches=[{','.join(map(str, batches))}]",
             "repeats=1",
             f"out={out}",
             "format=json",
@@ -155,13 +217,12 @@ def test_profile_in_onnxruntime_end_to_end(tmp_path, capsys):
     assert "Traceback" not in err + stdout
     gqa, moe = json.loads(stdout)["summary"]
     assert gqa["step_ms"] > 0 and gqa["max_abs_logit_diff"] < 1e-3
-    assert moe["not_measured"].startswith(
-        "does not run in onnxruntime: torch.export of the prefill"
-    )
+    assert moe["not_measured"].startswith(f"does not run in {runtime}: torch.export of the prefill")
     measured = json.loads((out / "profile.json").read_text())["results"][0]["measured"]
-    assert measured["runtime"] == "onnxruntime"
+    assert measured["runtime"] == runtime
     assert measured["logit_check"]["steps"] == 4
     assert measured["batches"]["2"]["points"][-1]["state_bytes"] > 0
+    assert list(measured["batches"]) == [str(b) for b in batches]
 
 
 @pytest.mark.parametrize(("command", "key"), [("profile", "out"), ("calibrate", "output")])
@@ -169,12 +230,14 @@ def test_an_unknown_runtime_is_one_line_and_exit_2(command, key, tmp_path, capsy
     code = main([command, "runtime=tflite", f"{key}={tmp_path / 'x'}"])
     _out, err = capsys.readouterr()
     assert code == 2 and err.count("\n") == 1, err
-    assert "runtime: unknown runtime 'tflite' (known: torch, onnxruntime)" in err
+    assert "runtime: unknown runtime 'tflite' (known: torch, onnxruntime, executorch)" in err
     assert not any(tmp_path.iterdir())
 
 
-def test_the_command_line_offers_every_runtime():
+def test_the_command_line_and_the_sweep_offer_every_runtime():
     from archsearch.cli.schemas import Runtime
     from archsearch.runtimes import RUNTIMES
+    from archsearch.sweep.settings import LatencySection
 
     assert tuple(r.value for r in Runtime) == RUNTIMES
+    assert type(LatencySection().runtime) is Runtime

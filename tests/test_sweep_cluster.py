@@ -78,6 +78,7 @@ def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_clust
         "latency.mode=measured",
         "latency.resource=edge",
         "latency.repeats=2",
+        "latency.runtime=onnxruntime",  # exported and timed in the deploy runtime, there
     )
     assert res.returncode == 0, res.stderr
     study = optuna.load_study(
@@ -88,6 +89,7 @@ def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_clust
     for r in trained:
         measured = r.attrs["measured_latency"]
         assert measured["node"] == ray_cluster["edge"]
+        assert measured["runtime"] == "onnxruntime"
         assert measured["decode_ms"] > 0 and measured["ttft_ms"] > 0
         assert r.values[1] == pytest.approx(measured["decode_ms"])  # the latency objective
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from omegaconf import MISSING
 
 from archsearch.metrics import PRECISIONS
-from archsearch.sweep.settings import RaySection, StorageSection, SweepConfig
+from archsearch.sweep.settings import RaySection, Runtime, StorageSection, SweepConfig
 from archsearch.trainers.config import Choice, TrainConfig
 
 
@@ -26,8 +26,6 @@ class Format(Choice):
 
 
 InferencePrecision = Choice.of("InferencePrecision", PRECISIONS, module=__name__)
-# = `archsearch.runtimes.RUNTIMES`, which imports torch (tests/test_runtimes.py checks it)
-Runtime = Choice.of("Runtime", ("torch", "onnxruntime"), module=__name__)
 
 
 @dataclass

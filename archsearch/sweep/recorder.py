@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.study import Status
+from archsearch.sweep.measure import MEASURED
 from archsearch.sweep.searcher import tell_duplicate
 from archsearch.sweep.state import Launched, SweepState
 
@@ -104,10 +105,21 @@ def ended_run(
 
 
 def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
-    launched = state.by_tune_id.pop(tune_id, None)
-    stop_reason = state.stop_reasons.pop(tune_id, None)  # set by a rule that explains itself
+    launched = state.by_tune_id.get(tune_id)
     if launched is None:  # already told (Tune may report an error after completion)
+        state.stop_reasons.pop(tune_id, None)
         return
+    measured, measure_error = None, None
+    if launched.measure_ref is not None:  # waited for while the trial is live: it keeps beating
+        import ray
+
+        try:
+            measured = ray.get(launched.measure_ref)
+        except Exception as err:  # the measurement node failed
+            measure_error = f"latency measurement failed: {err}"
+    state.by_tune_id.pop(tune_id)
+    stop_reason = state.stop_reasons.pop(tune_id, None)  # set by a rule that explains itself
+    error = error or measure_error
     trial = launched.optuna_trial
     h = launched.arch.arch_hash
     state.running_by_hash.pop(h, None)
@@ -117,15 +129,8 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
         "node": result.get("node", ""),
         "orchestration_s": round(time.time() - launched.started, 3),
     }
-    measured = None
-    if launched.measure_ref is not None:
-        import ray
-
-        try:
-            measured = ray.get(launched.measure_ref)
-            attrs["measured_latency"] = measured
-        except Exception as err:  # the measurement node failed
-            error = error or f"latency measurement failed: {err}"
+    if measured is not None:
+        attrs["measured_latency"] = measured
     values = None
     res, failure = ended_run(result, error, attrs)
     if res is not None:
@@ -211,7 +216,9 @@ def _objective_values(
                 v = training_value(spec, res, attrs)
             except ValueError as err:
                 return None, f"objective {spec.label}: {err}"
-        elif measured is not None and spec.metric in measured:
+        elif measured is not None and spec.metric in MEASURED:
+            if "not_measured" in measured:  # never priced instead: measured, or no value
+                return None, f"objective {spec.label}: {measured['not_measured']}"
             v = measured[spec.metric]
         else:
             v = launched.costs.get(spec.label)

@@ -245,6 +245,36 @@ def check_placement(cfg: SweepConfig, train: dict[str, Any]) -> None:
         )
 
 
+def check_latency_runtime(cfg: SweepConfig, device: str) -> None:
+    """`latency.runtime` names where latency is measured (`latency.mode=measured`), or, for
+    predicted latency, the runtime the device's kernel predictor was calibrated in: refuse one
+    that the profile was not calibrated in (its numbers would silently be another runtime's),
+    and ExecuTorch on a local Ray that lacks it."""
+    runtime = str(cfg.latency.runtime)
+    if cfg.latency.mode == LatencyMode.predicted:
+        if runtime == "torch":
+            return  # the default: whatever the profile was fitted to, as before
+        from archsearch.cost.devices import load_device
+
+        kernels = load_device(device).kernels
+        if kernels is None or kernels.runtime != runtime:
+            source = f"kernels timed in {kernels.runtime}" if kernels else "no kernel timings"
+            raise UserError(
+                f"{runtime!r}: device {device!r} has {source}; predict {runtime} latency "
+                f"from a profile of `archsearch calibrate runtime={runtime}`, or measure it "
+                "(latency.mode=measured)",
+                key="latency.runtime",
+            )
+    elif runtime == "executorch" and not cfg.ray.address:
+        import importlib.util
+
+        if importlib.util.find_spec("executorch") is None:
+            raise UserError(
+                "'executorch' is not installed here: pip install 'archsearch[executorch]'",
+                key="latency.runtime",
+            )
+
+
 def check_cluster_gpus(cfg: SweepConfig) -> None:
     """A trial asking for GPUs needs a Ray cluster that has them (declared or detected)."""
     import ray
@@ -308,6 +338,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         check_storage_reachable(url)
     train = train_settings(space, cfg)
     check_placement(cfg, train)
+    check_latency_runtime(cfg, device)
     sampler_name = resolve_sampler(cfg.sampler, space, cfg.latency.mode)
     sampler = make_sampler(sampler_name, cfg.seed, cfg.trials, space, device)
     es_metric, es_mode = early_stopping_metric(space)
@@ -328,7 +359,13 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         ):  # checks the resource before the study is touched
             from archsearch.sweep.measure import remote_measurer
 
-            measure = remote_measurer(space, device, cfg.latency.resource, cfg.latency.repeats)
+            measure = remote_measurer(
+                space,
+                device,
+                cfg.latency.resource,
+                cfg.latency.repeats,
+                str(cfg.latency.runtime),
+            )
         run_dir.mkdir(parents=True, exist_ok=True)
         devices = sorted({*device_names(), device})
         meta = StudyMeta.for_space(space, device, devices, train)

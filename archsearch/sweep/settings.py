@@ -45,6 +45,11 @@ class LatencyMode(Choice):
     measured = "measured"
 
 
+# where a model is timed: `archsearch.runtimes.RUNTIMES`, named here without importing torch
+# (tests/test_runtimes.py checks they agree); the command line's `runtime=` uses it too
+Runtime = Choice.of("Runtime", ("torch", "onnxruntime", "executorch"), module=__name__)
+
+
 @dataclass
 class StorageSection:
     url: str | None = None
@@ -63,6 +68,7 @@ class LatencySection:
     mode: LatencyMode = LatencyMode.predicted
     resource: str | None = None
     repeats: int = 5
+    runtime: Runtime = Runtime.torch  # type: ignore[attr-defined]
 
 
 @dataclass

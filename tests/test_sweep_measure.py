@@ -1,0 +1,117 @@
+"""Measured latency (`latency.mode=measured`, `archsearch.sweep.measure`): the real model timed in
+the runtime `latency.runtime` names; a candidate that does not run there has no latency (its
+trial fails with the one-line reason, never a predicted value in its place); a trial whose
+measurement takes longer than the heartbeat's grace stays live while the sweep waits for it;
+`latency.runtime` with predicted latency must match the runtime the profile was calibrated in."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from archsearch.cli import main
+from archsearch.space import load_space, sample
+from archsearch.study import Status, StudyMeta, StudyWriter, open_storage, records
+from archsearch.sweep.drivers import live_trials
+from archsearch.sweep.measure import measure_latency
+from archsearch.sweep.recorder import record_end
+from archsearch.sweep.state import Launched, SweepState
+
+TINY = {
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_layers": 1,
+    "max_seq_len": 64,
+    "attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1},
+    "ffn": {"kind": "swiglu", "d_ffn": 64},
+}
+SETTINGS = {"prompt": 8, "context": 16, "generate": 4}
+
+
+def test_a_model_is_timed_in_executorch_or_says_why_not():
+    got = measure_latency(TINY, SETTINGS, repeats=2, runtime="executorch")
+    assert got["runtime"] == "executorch" and got["node"] == "local"
+    assert got["ttft_ms"] > 0 and got["decode_ms"] > 0
+    assert got["e2e_ms"] == pytest.approx(got["ttft_ms"] + 4 * got["decode_ms"])
+    moe = {**TINY, "moe": {"n_experts": 4, "top_k": 2}}
+    got = measure_latency(moe, SETTINGS, repeats=2, runtime="executorch")
+    assert set(got) == {"runtime", "not_measured", "node"}
+    assert got["not_measured"].startswith("does not run in executorch: torch.export of the")
+    assert "\n" not in got["not_measured"]
+
+
+def _state(tmp_path) -> tuple[SweepState, Launched]:
+    space = load_space("tiny")
+    meta = StudyMeta.for_space(space, "rpi5", ["rpi5"])
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    writer, _ = StudyWriter.create_or_open(
+        open_storage(url, heartbeat_s=5, grace_s=30), "tiny", meta, driver="host:1:0.00"
+    )
+    state = SweepState(
+        writer=writer,
+        space=space,
+        device="rpi5",
+        devices=["rpi5"],
+        train={},
+        run_dir=tmp_path,
+        target=1,
+    )
+    arch = sample(space, 1, 0).candidates[0].arch
+    launched = Launched(writer.ask(), arch, {}, time.time(), measure_ref="the Ray task")
+    state.by_tune_id["t1"] = launched
+    return state, launched
+
+
+def _final(loss: float) -> dict:
+    result = {"status": "completed", "metrics": {"val_loss": loss}, "evals": [], "curve": []}
+    return {"final": True, "result_json": json.dumps(result)}
+
+
+def test_a_trial_stays_live_while_its_latency_is_measured_and_fails_without_one(
+    tmp_path, monkeypatch
+):
+    import ray
+
+    state, launched = _state(tmp_path)
+    seen = []
+
+    def slow_measurement(ref):  # a remote device timing the model
+        seen.append((ref, live_trials(state)))
+        return {"runtime": "executorch", "not_measured": "does not run in executorch: x"}
+
+    monkeypatch.setattr(ray, "get", slow_measurement)
+    record_end(state, "t1", _final(2.5), None)
+    # the heartbeat beats for the trial while the sweep waits (else it is failed as stale and
+    # run again, for ever, when a measurement outlasts the grace)
+    assert seen == [("the Ray task", [launched.optuna_trial.number])]
+    assert state.by_tune_id == {} and live_trials(state) == []
+    (rec,) = records(state.writer.study)
+    assert rec.status == Status.FAILED.value
+    assert rec.reason.endswith(": does not run in executorch: x")
+    assert rec.reason.startswith("objective decode_ms")  # not priced by the cost model instead
+    assert rec.attrs["measured_latency"]["runtime"] == "executorch"
+    assert rec.attrs["metrics"] == {"val_loss": 2.5}  # what training measured is kept
+
+
+def test_a_measured_latency_is_the_trials_objective(tmp_path, monkeypatch):
+    import ray
+
+    state, _ = _state(tmp_path)
+    times = {"runtime": "onnxruntime", "ttft_ms": 3.0, "decode_ms": 0.25, "e2e_ms": 4.0}
+    monkeypatch.setattr(ray, "get", lambda ref: times)
+    record_end(state, "t1", _final(2.5), None)
+    (rec,) = records(state.writer.study)
+    assert rec.status == Status.TRAINED.value
+    assert rec.values == [2.5, 0.25]
+
+
+def test_predicted_latency_in_a_runtime_the_profile_was_not_calibrated_in_is_refused(
+    tmp_path, capsys
+):
+    code = main(["sweep", "latency.runtime=executorch", f"run_dir={tmp_path / 'run'}", "trials=1"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1, err
+    assert "latency.runtime: 'executorch': device 'rpi5' has no kernel timings" in err
+    assert not (tmp_path / "run").exists()
