@@ -212,12 +212,16 @@ class _Program:
         with _native_stderr_silenced():
             self.program = Runtime.get().load_program(self.buffer)
             self.method = self.program.load_method("forward")
+        if not _pool_in_use:  # from now on the pool's size is fixed (`_executorch_threads`)
+            from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
+
+            _pool_in_use.append(_threadpool_get_thread_count())
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return list(self.method.execute(tensors))
 
 
-_pool_in_use: list[int] = []  # the thread count programs loaded in this process run on
+_pool_in_use: list[int] = []  # the pool size the programs loaded in this process run on
 
 
 def _executorch_threads(threads: int) -> None:
@@ -244,7 +248,6 @@ def _executorch_threads(threads: int) -> None:
     with _native_stderr_silenced():  # the first call probes the CPU, and logs it
         if _threadpool_get_thread_count() != threads:
             _unsafe_reset_threadpool(threads)
-    _pool_in_use.append(threads)
 
 
 class _TensorArgs(nn.Module):

@@ -180,6 +180,44 @@ def test_executorch_keeps_the_thread_pool_its_programs_were_loaded_on():
     torch.testing.assert_close(run()[0], layer(x).detach(), rtol=1e-5, atol=1e-6)
 
 
+FRESH_PROCESS = """
+import torch
+from archsearch.runtimes import ExportError, prepare
+
+class Solve(torch.nn.Module):  # lowering refuses it: no Core ATen operator
+    def forward(self, a, b):
+        return torch.linalg.solve_triangular(a, b, upper=False)
+
+a, b = torch.eye(3) + torch.tril(torch.rand(3, 3), -1), torch.rand(3, 2)
+try:
+    prepare("executorch", Solve(), (a, b), threads=1)
+except ExportError as e:
+    print("refused:", str(e).split(":")[0])
+layer, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+run = prepare("executorch", layer, (x,), threads=2)  # nothing was loaded on 1 thread
+print("ran:", torch.allclose(run()[0], layer(x), atol=1e-5))
+try:
+    prepare("executorch", layer, (x,), threads=1)
+except ValueError as e:
+    print("kept:", e)
+"""
+
+
+def test_the_thread_pool_is_fixed_by_the_first_program_loaded_not_by_a_failed_lowering():
+    import subprocess
+
+    res = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "refused: ExecuTorch lowering of the Solve failed",
+        "ran: True",
+        "kept: ExecuTorch runs on 2 threads in this process (its programs are loaded on that "
+        "pool); 1 needs a new process",
+    ]
+
+
 def test_without_executorch_installed_the_reason_says_how_to_install_it(monkeypatch):
     for name in ("executorch.exir", "executorch.extension.pybindings.portable_lib"):
         monkeypatch.setitem(sys.modules, name, None)  # an import of it raises ImportError

@@ -66,6 +66,7 @@ COMMANDS: dict[str, Command] = {
             "archsearch sweep search_space=hybrid_linear_moe ray.address=auto "
             "storage.url=postgresql+psycopg2://user@db/archsearch",
             "archsearch sweep latency.mode=measured latency.resource=rpi5",
+            "archsearch sweep latency.mode=measured latency.runtime=executorch",
         ),
     ),
     "prune": Command(
