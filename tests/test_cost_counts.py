@@ -24,7 +24,8 @@ from archsearch.arch import (
     load_arch,
 )
 from archsearch.cost import model as cm
-from archsearch.cost.counts import model_ops, params, state_elements
+from archsearch.cost.counts import model_ops, params, recurrent_state_elements, state_elements
+from archsearch.cost.kernel_latency import working_set
 from archsearch.cost.ops import Columns, Phase
 from archsearch.models import build_model
 
@@ -286,3 +287,35 @@ def test_recurrent_state_does_not_grow_and_kv_cache_does():
         assert state_elements(c, 512)[0] == 2 * state_elements(c, 256)[0]
     w = Columns.from_archs([CASES["gqa_window"]])
     assert state_elements(w, 16)[0] == state_elements(w, 4096)[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(CASES)), B=st.integers(1, 3), n0=st.integers(1, 12))
+def test_a_step_rewrites_its_recurrent_state_and_adds_a_row_to_its_kv_cache(name, B, n0):
+    """The state a decode step rewrites whole (`recurrent_state_elements`) is what the real
+    model's step keeps at its shape (recurrent, conv and MCSD states); the KV caches grow by
+    the new token's row (n0 is within every case's window). The step's working set reads the
+    whole state and writes the rewritten part back; a prefill's reads it once."""
+    arch = CASES[name]
+    torch.manual_seed(0)
+    model = build_model(arch)
+    c = Columns.from_archs([arch])
+    idx = torch.randint(0, arch.vocab_size, (B, n0 + 1))
+    with torch.no_grad():
+        _, before = model.prefill(idx[:, :n0])
+        shapes = [{k: t.shape for k, t in layer.items()} for layer in before.layers]
+        _, after = model.step(idx[:, n0], before)
+    kept = sum(
+        t.numel()
+        for layer, was in zip(after.layers, shapes)
+        for k, t in layer.items()
+        if t.shape == was[k]
+    )
+    assert recurrent_state_elements(c, n0, B)[0] == kept
+    weights = params(c)["active_params"][0]
+    state = state_elements(c, n0, B)[0]
+    prefill = working_set(c, Phase("forward", T=n0, B=B))[0]
+    step = working_set(c, Phase("step", T=1, n0=n0, B=B))[0]
+    if not arch.is_moe:  # a batched MoE phase also reads the experts its tokens touch
+        assert prefill == pytest.approx(4 * (weights + state), rel=1e-12)
+        assert step == pytest.approx(4 * (weights + state + kept), rel=1e-12)

@@ -145,7 +145,14 @@ def state_elements(c: Columns, context, batch=1.0) -> np.ndarray:
     """Elements of the decode state after `context` tokens: KV caches grow with the context
     (capped by a window), recurrent and MCSD states do not (seed PLM eqs. 6-7); a plugin
     mixer's state is traced (`traced.mixer_state`)."""
+    kv = batch * c.nN * attention_state(c, context)
+    return kv + recurrent_state_elements(c, context, batch)
+
+
+def recurrent_state_elements(c: Columns, context, batch=1.0) -> np.ndarray:
+    """Elements of the decode state that a step rewrites whole: the linear mixers' recurrent
+    states (a plugin's traced) and MCSD's; a KV cache only gains the new token's row."""
     linear = linear_state(c)
     if np.any(c.lplug):
         linear = np.where(c.lplug > 0, traced.mixer_state(c, context), linear)
-    return batch * (c.nN * attention_state(c, context) + c.nL * linear + c.nM * mcsd_state(c))
+    return batch * (c.nL * linear + c.nM * mcsd_state(c))
