@@ -59,6 +59,7 @@ def cfg(cache) -> TrainConfig:
     )
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CPU only where no GPU is")
 def test_cpu_and_auto_train_the_same_on_the_cpu(cfg, tmp_path):
     cpu = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path / "cpu")
     auto = run_trial(tiny(), cfg, run_dir=tmp_path / "auto")
@@ -70,6 +71,15 @@ def test_cpu_and_auto_train_the_same_on_the_cpu(cfg, tmp_path):
     ray = run_trial(tiny(), cfg, run_dir=tmp_path / "ray", placement=Placement(gpu_ids=("0",)))
     assert ray.execution["device"] == "cpu" and ray.execution["gpu_ids"] == ["0"]
     assert ray.curve == cpu.curve
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_auto_trains_on_the_gpu_where_there_is_one_and_learns_as_the_cpu_does(cfg, tmp_path):
+    cpu = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path / "cpu")
+    auto = run_trial(tiny(), cfg.replace(precision="bf16"), run_dir=tmp_path / "auto")
+    assert auto.status == "completed" and auto.execution["device"].startswith("cuda")
+    assert auto.execution["precision"] == "bf16"
+    assert abs(auto.metrics["val_loss"] - cpu.metrics["val_loss"]) < 0.05
 
 
 def test_bf16_autocasts_the_matmuls_on_the_cpu(cfg, tmp_path, monkeypatch):
@@ -92,11 +102,9 @@ def test_bf16_autocasts_the_matmuls_on_the_cpu(cfg, tmp_path, monkeypatch):
 
 
 def test_fp16_and_missing_devices_are_refused_before_anything_runs(cfg, tmp_path):
-    cases = [
-        (cfg.replace(precision="fp16"), "precision: fp16 needs a GPU"),
-        (cfg.replace(precision="fp16", device="cpu"), "precision: fp16 needs a GPU"),
-    ]
-    if not torch.cuda.is_available():
+    cases = [(cfg.replace(precision="fp16", device="cpu"), "precision: fp16 needs a GPU")]
+    if not torch.cuda.is_available():  # auto is the CPU
+        cases.append((cfg.replace(precision="fp16"), "precision: fp16 needs a GPU"))
         cases.append((cfg.replace(device="cuda"), "device: cuda requested but"))
     if not torch.backends.mps.is_available():
         cases.append((cfg.replace(device="mps"), "device: mps requested but"))
@@ -206,7 +214,7 @@ def test_an_allocation_the_device_refuses_fails_the_trial_with_the_figure(
         return model
 
     monkeypatch.setattr(T, "_build", greedy)
-    r = run_trial(tiny(), cfg, run_dir=tmp_path)
+    r = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path)  # the CPU's allocator
     assert r.status == "failed" and r.steps == 2
     assert r.failure_reason.startswith("out of memory on cpu: ")
     assert str(2**50) in r.failure_reason  # the figure it needed
