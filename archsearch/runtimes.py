@@ -421,20 +421,11 @@ def deploy(
     if runtime == "executorch":
         _executorch_threads(threads)
         return _deploy_executorch(model, prompt, max_context, batches)
-    B, T0 = 2, max(prompt, 2)  # examples above 1: torch.export specialises sizes 0 and 1
-    g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, model.arch.vocab_size, (B, prompt), generator=g)
-    with torch.no_grad():
-        _, st0 = model.prefill(torch.randint(0, model.arch.vocab_size, (B, T0), generator=g))
-        _, st1 = model.step(torch.zeros(B, dtype=torch.long), st0)
-    keys = [tuple(layer) for layer in st0.layers]
-    flat0, flat1 = _flatten(st0, keys), _flatten(st1, keys)
+    B = 2  # examples above 1: torch.export specialises sizes 0 and 1
+    ex = _Examples(model, B, prompt, max_context)
+    idx, keys, flat0, T0, pos = ex.idx, ex.keys, ex.flat0, ex.T0, ex.pos
     batch = torch.export.Dim("batch", min=1, max=1024)
-    ctx = torch.export.Dim("context", min=1, max=max_context)
-    pos = torch.export.Dim("position", min=1, max=max_context)
-    state_dims = tuple(
-        {0: batch, **dict.fromkeys(grow, ctx)} for grow in _growing_dims(flat0, flat1)
-    )
+    state_dims = tuple({0: batch, **dict.fromkeys(grow, ex.ctx)} for grow in ex.growing)
     names = [f"state_{i}" for i in range(len(flat0))]
     with torch.no_grad():
         prefill_session = _session(
@@ -477,6 +468,27 @@ def deploy(
     return Deployed(runtime, prefill_ort, step_ort)
 
 
+class _Examples:
+    """What `deploy` exports a model's prefill and decode step with at batch `B`: a prompt
+    (`idx`), the decode state after `T0` tokens flattened in `keys` order (`flat0`), the
+    dimensions of each state tensor that grow with the context (`growing`), and the context
+    and position Dims up to `max_context`."""
+
+    def __init__(self, model: LanguageModel, B: int, prompt: int, max_context: int):
+        self.T0 = max(prompt, 2)  # above 1: torch.export specialises sizes 0 and 1
+        g = torch.Generator().manual_seed(0)
+        vocab = model.arch.vocab_size
+        self.idx = torch.randint(0, vocab, (B, prompt), generator=g)
+        with torch.no_grad():
+            _, st0 = model.prefill(torch.randint(0, vocab, (B, self.T0), generator=g))
+            _, st1 = model.step(torch.zeros(B, dtype=torch.long), st0)
+        self.keys = [tuple(layer) for layer in st0.layers]
+        self.flat0 = _flatten(st0, self.keys)
+        self.growing = _growing_dims(self.flat0, _flatten(st1, self.keys))
+        self.ctx = torch.export.Dim("context", min=1, max=max_context)
+        self.pos = torch.export.Dim("position", min=1, max=max_context)
+
+
 def _deploy_executorch(
     model: LanguageModel, prompt: int, max_context: int, batches: tuple[int, ...]
 ) -> Deployed:
@@ -484,32 +496,20 @@ def _deploy_executorch(
     and a batch size of 1 cannot stay symbolic, so each batch size gets its own prefill and
     decode-step programs (the context stays symbolic): `batches` lowered here, so an export
     failure is raised at once, any other the first time it runs."""
-    T0 = max(prompt, 2)  # above 1: torch.export specialises sizes 0 and 1
     programs: dict[int, tuple[_Program, _Program, list[tuple[str, ...]]]] = {}
 
     def lowered(B: int) -> tuple[_Program, _Program, list[tuple[str, ...]]]:
         if B not in programs:
-            g = torch.Generator().manual_seed(0)
-            vocab = model.arch.vocab_size
-            with torch.no_grad():
-                _, st0 = model.prefill(torch.randint(0, vocab, (B, T0), generator=g))
-                _, st1 = model.step(torch.zeros(B, dtype=torch.long), st0)
-            keys = [tuple(layer) for layer in st0.layers]
-            flat0, flat1 = _flatten(st0, keys), _flatten(st1, keys)
-            ctx = torch.export.Dim("context", min=1, max=max_context)
-            pos = torch.export.Dim("position", min=1, max=max_context)
-            state_dims = tuple(
-                dict.fromkeys(grow, ctx) or None for grow in _growing_dims(flat0, flat1)
-            )
-            idx = torch.randint(0, vocab, (B, prompt), generator=g)
-            prefill = _Program(_Prefill(model, keys), (idx,), "prefill")
+            ex = _Examples(model, B, prompt, max_context)
+            state_dims = tuple(dict.fromkeys(grow, ex.ctx) or None for grow in ex.growing)
+            prefill = _Program(_Prefill(model, ex.keys), (ex.idx,), "prefill")
             step = _Program(
-                _Step(model, keys),
-                (torch.zeros(B, dtype=torch.long), torch.zeros(T0), *flat0),
+                _Step(model, ex.keys),
+                (torch.zeros(B, dtype=torch.long), torch.zeros(ex.T0), *ex.flat0),
                 "decode step",
-                dynamic_shapes=(None, {0: pos}, state_dims),
+                dynamic_shapes=(None, {0: ex.pos}, state_dims),
             )
-            programs[B] = (prefill, step, keys)
+            programs[B] = (prefill, step, ex.keys)
         return programs[B]
 
     for B in batches:
