@@ -308,13 +308,8 @@ def working_set(c: Columns, p: Phase) -> np.ndarray:
     """fp32 bytes a phase moves through memory per call: the active weights (with every routed
     expert the phase's tokens touch: `ffn.experts_touched`) and the decode state it reads (after
     the context for a step, after the prompt for a prefill); a step also writes its recurrent
-    and MCSD states back whole (`counts.recurrent_state_elements`), so they count twice there.
-
-    Counted twice rather than once, one calibration's model-level terms refitted to its own
-    timings (EPYC VM, 2026-11-27) priced decode within +-10% for 71% and 73% of the accuracy
-    benchmark's two saved runs (69% and 71% before; Mamba2's bias -7.8 -> -5.4%), and the
-    shipped `local`, not refitted, for 92% and 85% (90% and 85%): small, the same sign in
-    both runs, and where the states are largest."""
+    and MCSD states back whole (`counts.recurrent_state_elements`), so they count twice there
+    (what that changed in the accuracy benchmark: the README's latency section)."""
     context = p.n0 if p.kind == "step" else p.n0 + p.T
     routed = c.L * (experts_touched(c, p.tokens) - np.where(c.E > 0, c.topk, 0)) * expert_params(c)
     state = state_elements(c, context, p.B)
