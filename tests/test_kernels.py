@@ -26,8 +26,11 @@ from archsearch.cost.counts import state_elements
 from archsearch.cost.devices import DeviceProfile, load_device
 from archsearch.cost.ffn import experts_touched
 from archsearch.cost.kernel_fit import (
+    DECODE_DRAWN,
     OVERLAPS,
     SHARED_SCALES,
+    _budget,
+    _draw,
     _fit_glue,
     _passes,
     _shared_capacity,
@@ -42,7 +45,14 @@ from archsearch.cost.kernel_latency import (
     weight_gemms,
     working_set,
 )
-from archsearch.cost.kernel_timing import GRIDS, MEMORY_SIZES, Shape, shape_rows
+from archsearch.cost.kernel_timing import (
+    BATCHES,
+    GRIDS,
+    MEMORY_SIZES,
+    Shape,
+    affordable,
+    shape_rows,
+)
 from archsearch.cost.kernels import KERNELS, PHASES, Cache, Glue, Kernels, Passes, parse_kernels
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
@@ -135,6 +145,34 @@ def test_a_fit_recovers_a_known_function():
     got = gemm_seconds(device, fitted, m, k, nn) / gemm_seconds(device, analytic, m, k, nn)
     want = [factor({"m": a, "n": b}) for a, b in zip(m, nn)]
     np.testing.assert_allclose(got, want, rtol=0.1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(8, 40))
+def test_the_ffn_is_drawn_at_a_decode_steps_rows_every_other_time(seed, n):
+    """Half of the FFN's shapes run on as many rows as a decode step has sequences (a uniform
+    draw over the grid's rows puts 4 in 11 there), the other half span the grid as before, and
+    its budget grows by as many: its prefill shapes are as many as any kernel's."""
+    shapes = _draw("ffn", random.Random(seed), n, set())
+    rows = [s.values()[DECODE_DRAWN["ffn"]] for s in shapes]
+    assert len(set(shapes)) == len(shapes) == n
+    assert sum(r in BATCHES for r in rows[1::2]) == n // 2
+    assert _budget("ffn", 64) == 2 * _budget("norm", 64)
+    plain = _draw("norm", random.Random(seed), 40, set())
+    assert sum(s.values()["N"] in BATCHES for s in plain) < 40
+
+
+@pytest.mark.parametrize("m", [1024, 2048])
+@pytest.mark.parametrize("n", [8192, 16384])
+@pytest.mark.parametrize("k", [512, 768, 1024])
+def test_calibration_may_time_the_lm_head_of_a_batched_prefill(m, n, k):
+    """A GEMM of a batched prefill's every token by a vocabulary of 8-16k is on the grid and
+    cheap enough to time, so that its price is learned rather than extrapolated."""
+    grid = GRIDS["gemm"]
+    shape = Shape(
+        "gemm", (("m", grid["m"].index(m)), ("k", grid["k"].index(k)), ("n", grid["n"].index(n)))
+    )
+    assert affordable(shape)
 
 
 def test_the_learned_roofline_extrapolates_beyond_the_timed_shapes():

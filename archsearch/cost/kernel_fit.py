@@ -108,6 +108,15 @@ SHARED_SCALES = tuple(float(s) for s in np.geomspace(0.35, 1.4, 13))
 APART = 2.0  # the least ratio between two cache levels' capacities
 NOISE = 0.01  # the memory probe's RMS relative miss below which no cache level is added
 OVERLAPS = tuple(float(s) for s in np.linspace(0.0, 1.0, 11))  # `Glue.overlap`'s grid
+# kernels drawn at the rows of a decode step (knob: `timing.BATCHES`, one row per sequence) as
+# often as at random over the grid, whose rows reach a prefill's thousands (`timing.TOKENS`).
+# The FFN is a decode step's largest kernel and changes library at 8 rows (MKL below,
+# oneDNN from: `archsearch.models.gemm.MIN_ROWS`), where its time is not monotone in its rows
+# (measured on the EPYC VM: a d-768 SwiGLU 1.09 ms on 4 rows, 0.87 ms on 8). Drawn uniformly,
+# 8 of `epyc27w`'s 121 FFN shapes had 8 rows, and its fit priced a d-512 SwiGLU there at 516
+# us against 362 measured. On 150 FFN shapes at 1-16 rows timed apart, the fit errs by 8.2%
+# with these draws and 10.1% refitted from the same timings without them (README)
+DECODE_DRAWN = {"ffn": "N"}
 REFITS = 8  # fits of w with the GEMMs' bounds at the last one's (`_fit_glue`)
 COARSE_STEP, FINE_STEP = 1.32, 1.097  # `fit_memory`'s capacity grids: 32% and 9.7% apart
 BAND_EDGES = (0.5, 2.0)  # the validation bands' edges, x the probe's largest cache capacity
@@ -363,8 +372,10 @@ def _budget(kernel: str, samples: int) -> int:
     errors, and a step's fit still improved with its last samples (error on a held-out fifth of
     two Xeon calibrations' timings, mean over the eleven steps: 7.2% fitted to 57 timings,
     6.2-6.3% to 76, 5.6-5.8% to 95), while a step shape costs little to time (0.06-0.11 s,
-    as much as a GEMM's)."""
-    return samples * (2 if kernel == "gemm" or kernel.endswith(".step") else 1)
+    as much as a GEMM's); and so the kernels drawn at decode rows (`DECODE_DRAWN`): their
+    random draws as before, and as many again at decode rows."""
+    twice = kernel == "gemm" or kernel.endswith(".step") or kernel in DECODE_DRAWN
+    return samples * (2 if twice else 1)
 
 
 def _schedule(samples: int) -> tuple[int, int, int]:
@@ -380,16 +391,27 @@ def _schedule(samples: int) -> tuple[int, int, int]:
 
 
 def _draw(kernel: str, rng: random.Random, n: int, seen: set) -> list[timing.Shape]:
-    """Up to n new valid shapes of a kernel's grid."""
+    """Up to n new valid shapes of a kernel's grid; of a kernel in `DECODE_DRAWN`, every other
+    one at the rows of a decode step."""
     out: list[timing.Shape] = []
     for _ in range(20 * n):
         if len(out) == n:
             break
         shape = timing.random_shape(kernel, rng)
+        if kernel in DECODE_DRAWN and len(out) % 2:
+            shape = _at_decode_rows(shape, rng)
         if shape not in seen and _valid(shape):
             seen.add(shape)
             out.append(shape)
     return out
+
+
+def _at_decode_rows(shape: timing.Shape, rng: random.Random) -> timing.Shape:
+    """The shape with its row count drawn from a decode step's (one row per sequence)."""
+    knob = DECODE_DRAWN[shape.kernel]
+    index = dict(shape.index)
+    index[knob] = timing.GRIDS[shape.kernel][knob].index(rng.choice(timing.BATCHES))
+    return timing.Shape(shape.kernel, tuple(index.items()))
 
 
 def _valid(shape: timing.Shape) -> bool:

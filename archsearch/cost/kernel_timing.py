@@ -52,6 +52,7 @@ from archsearch.cost.kernels import KERNELS, features, gemm_features
 from archsearch.cost.ops import Columns, Phase
 
 __all__ = [
+    "BATCHES",
     "DTYPES",
     "GRIDS",
     "MAX_GEMM_FLOPS",
@@ -128,7 +129,14 @@ class Shape:
 
 MAX_TOKENS = 2048  # B x T of a timed prefill (longer ones cost seconds and add little)
 MAX_CONTEXT_TOKENS = 8192  # B x ctx of a timed step (its context is built by a prefill)
-MAX_GEMM_FLOPS = 2e10  # of a timed GEMM (about 0.1 s on one core)
+# of a timed GEMM (about 0.4 s on one core): the LM head over a batched prefill's every token
+# (1536 rows x 896 x 10192 is 2.8e10 FLOPs) lay beyond the grid's shapes of at most 2e10 (30 of
+# its 1080 were left out, 5 of them beyond 8e10), where the trees of three calibrations
+# extrapolated corrections of 0.90, 1.18 and 1.47 x the learned roofline (measured here: 149 ms;
+# priced at 111, 132 and 176). Refitted from `epyc27x`'s timings with 24 of the 25 timed, its
+# TTFT within +-10% on six EPYC benchmark runs' timings rose by 2-19 points (73% -> 92% on its
+# own), and with six of them (three random sixes) by 0-21 (README)
+MAX_GEMM_FLOPS = 8e10
 
 
 def affordable(shape: Shape) -> bool:
