@@ -1,7 +1,8 @@
 """Does `train.compile: true` pay off on CPU? Trial tokens/s with torch.compile (inductor) vs
 eager, side by side, on the tiny space's model families.
 
-    python benchmarks/bench_trainer_compile.py [--steps 60] [--threads 1]
+    python benchmarks/bench_trainer_compile.py [--steps 60] [--threads 1] [--device auto]
+                                               [--out results/bench_trainer_compile.json]
 
 For each family of `search_spaces/tiny.yaml` at its largest size (4 layers, width 128, SwiGLU
 x4, byte vocabulary; the GQA and MLA attention, the four linear families, MCSD) the same seeded
@@ -14,7 +15,9 @@ trials of the same shapes hit the cache (seconds). `trial_1M` prices the tiny sp
 1M-token trial (488 steps): compile time plus 488 steady steps, against 488 eager steps: the
 speed-up a sweep would see.
 
-Prints a table and saves benchmarks/results/bench_trainer_compile.json.
+`--device` is the trial's `train.device` (auto: a GPU where there is one; its name is recorded).
+
+Prints a table and saves benchmarks/results/bench_trainer_compile.json (or `--out`).
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--families", nargs="*", default=list(FAMILIES))
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--out", default=str(ROOT / "results" / "bench_trainer_compile.json"))
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,6 +110,7 @@ def main() -> None:
             eval_batches=1,
             log_every=1,
             threads=args.threads,
+            device=args.device,
             cache_dir=str(Path(tmp) / "cache"),
         )
         for name in args.families:
@@ -140,15 +146,18 @@ def main() -> None:
 
 
 def save(args: argparse.Namespace, rows: list[dict]) -> None:
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     out = {
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs torch {torch.__version__}",
+        "gpu": gpu if args.device in ("auto", "cuda") else None,
+        "device": args.device,
         "load_average": os.getloadavg(),
         "threads": args.threads,
         "steps": args.steps,
         "batch": [16, 128],
         "rows": rows,
     }
-    path = ROOT / "results" / "bench_trainer_compile.json"
+    path = Path(args.out)
     path.write_text(json.dumps(out, indent=1))
     print(f"saved {path}", flush=True)
 

@@ -58,7 +58,7 @@ class MoE(nn.Module):
                 ys.append(self.experts[e](xs[start : start + n]))
             start += n
         y = torch.cat(ys) * gates[:, None]
-        out = x.new_zeros(x.shape).index_add(0, token, y)
+        out = x.new_zeros(x.shape).index_add(0, token, y.to(x.dtype))  # autocast: y in bf16
         for expert in self.shared:
             out = out + expert(x)
         f = counts.to(probs.dtype) / (N * k)

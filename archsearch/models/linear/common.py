@@ -203,9 +203,12 @@ def chunk_delta(q, k, v, beta, g=None, *, state=None, chunk_size: int = CHUNK):
     A = (torch.matmul(kb, k.transpose(-1, -2)) * gamma).masked_fill(~strict, 0.0)
     eye = torch.eye(L, device=q.device, dtype=q.dtype)
     rhs = torch.cat([v * beta, kb * b.exp()[..., None]], dim=-1)
-    W, Kc = torch.linalg.solve_triangular(A + eye, rhs, upper=False, unitriangular=True).split(
-        [dv, dk], dim=-1
+    # in fp32 whatever autocast makes of the products: PyTorch has no bf16 or fp16 triangular
+    # solve (CPU or CUDA), and the UT transform's inverse is where rounding would compound
+    solved = torch.linalg.solve_triangular(
+        (A + eye).float(), rhs.float(), upper=False, unitriangular=True
     )
+    W, Kc = solved.to(rhs.dtype).split([dv, dk], dim=-1)
     P = torch.matmul(q, k.transpose(-1, -2)) * gamma
     q_in = q * b.exp()[..., None]
     k_st = k * (b[..., -1:] - b).exp()[..., None]
