@@ -216,7 +216,7 @@ class WholeModel(NamedTuple):
 def glue_models() -> list[WholeModel]:
     """Whole models whose unexplained time fits the model-level terms: thirteen small and large
     ones at one setting, eight whose working sets (59-180 MiB) fill the range where a shared
-    cache runs out, at other prompts, contexts and batches, two small ones and two wide ones
+    cache runs out, at other prompts, contexts and batches, two small ones and five wide ones
     at batch 8, four deep and narrow ones, and eight at 16-39 MiB on one sequence (none of the
     benchmark's held-out architectures, `benchmarks/bench_latency_accuracy.py`: none has one's
     width, depth and vocabulary)."""
@@ -288,11 +288,19 @@ def glue_models() -> list[WholeModel]:
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
         WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
-        # wide and beyond the cache at batch 8: their GEMMs' compute hides stalls (`overlap`)
+        # wide and beyond the cache at batch 8: their GEMMs' compute hides stalls (`overlap`).
+        # With only these two (50 and 97 MiB) and the two small ones above (30-43 MiB), the fit
+        # took 0.5-0.7 and the benchmark's batch-8 steps of 76-166 MiB were predicted 11-22%
+        # slow in every calibration; the three of 145-209 MiB tell it that regime
         WholeModel(
             _arch(832, 3, big, attention=AttentionConfig(n_heads=13, n_kv_heads=1)), 64, 256, 8
         ),
         WholeModel(_arch(640, 2, big, **_linear("gla")), 64, 256, 8),
+        WholeModel(
+            _arch(1024, 3, big, attention=AttentionConfig(kind="mha", n_heads=8)), 64, 256, 8
+        ),
+        WholeModel(_arch(1088, 2, big, **_linear("deltanet")), 64, 256, 8),
+        WholeModel(_arch(1152, 2, big, **_linear("retnet")), 64, 256, 8),
         *deep,
         *edge,
     ]
