@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_models_decode import CONFIGS, V, decode_logits, max_diff, tokens
 from test_trainers_device import FAMILIES, TRAINED, family
+from test_trainers_trial import tiny_trial
 
 from archsearch.models import build_model
 from archsearch.trainers.trial import TrainConfig, run_trial
@@ -49,16 +50,7 @@ def test_every_mixer_on_the_gpu_equals_the_cpu_and_decodes_as_it_runs_in_paralle
 
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory) -> TrainConfig:
-    return TrainConfig(
-        budget="steps:24",
-        batch_size=4,
-        seq_len=32,
-        lr=3e-3,
-        eval_at=(0.5, 1.0),
-        eval_batches=2,
-        log_every=4,
-        cache_dir=str(tmp_path_factory.mktemp("corpus-cache")),
-    )
+    return tiny_trial(str(tmp_path_factory.mktemp("corpus-cache")))
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))

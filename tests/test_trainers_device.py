@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_trainers_trial import tiny_trial
 
 from archsearch.arch import LINEAR_FAMILIES, ArchConfig
 from archsearch.errors import UserError
@@ -46,17 +47,7 @@ def cache(tmp_path_factory):
 
 @pytest.fixture
 def cfg(cache) -> TrainConfig:
-    return TrainConfig(
-        budget="steps:24",
-        batch_size=4,
-        seq_len=32,
-        lr=3e-3,
-        eval_at=(0.5, 1.0),
-        eval_batches=2,
-        log_every=4,
-        cache_dir=cache,
-        keep_checkpoint=True,
-    )
+    return tiny_trial(cache, keep_checkpoint=True)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CPU only where no GPU is")

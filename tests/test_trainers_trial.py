@@ -45,8 +45,8 @@ def cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("corpus-cache"))
 
 
-@pytest.fixture
-def cfg(cache) -> TrainConfig:
+def tiny_trial(cache_dir: str, **overrides) -> TrainConfig:
+    """24 steps of 4 x 32 tokens with two evaluations: the trainer tests' trial."""
     return TrainConfig(
         budget="steps:24",
         batch_size=4,
@@ -55,8 +55,14 @@ def cfg(cache) -> TrainConfig:
         eval_at=(0.5, 1.0),
         eval_batches=2,
         log_every=4,
-        cache_dir=cache,
+        cache_dir=cache_dir,
+        **overrides,
     )
+
+
+@pytest.fixture
+def cfg(cache) -> TrainConfig:
+    return tiny_trial(cache)
 
 
 def test_same_seed_same_losses_other_seed_other_losses(cfg, tmp_path):
