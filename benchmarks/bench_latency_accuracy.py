@@ -32,10 +32,12 @@ Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decod
 within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
 
 Whether the error the user is shown holds (`stated`): each prediction carries its profile's
-held-out error (`archsearch.cost.model.latency_errors`: the 90th percentile of |error| in the
-band of its working set where the profile gives bands, else its one figure); the share of the
-held-out architectures inside their own +- (a 90th percentile promises 90%) and the median +-
-are printed beside the share inside the profile's one figure.
+held-out error (`archsearch.cost.model.latency_errors`: the upper bound of the 90th percentile
+of |error|, or that percentile on a profile without bounds, in the band of its working set
+where the profile gives bands, else its one figure); the share of the held-out architectures
+inside their own +- (a 90th percentile promises 90%, its bound at least that) and the median
++- are printed beside the share inside the profile's one figure. Across calibrations and runs:
+`bench_error_bound.py`.
 
 `--precision fp16` checks the roofline's half precision instead (a measured profile's kernel
 predictor prices fp32 only): every model timed in bf16 (`kernel_timing.DTYPES`), predicted at

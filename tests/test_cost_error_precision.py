@@ -124,7 +124,9 @@ def test_the_shipped_local_checks_fp32_and_its_half_precision_apart():
         assert latency_errors(c, dev, "decode_ms", p, context=512).tolist() == [want]
     assert latency_errors(c, dev, "decode_ms", "q8", context=512) is None
     text = describe_error(dev)
-    assert "at fp32:" in text and "at bf16/fp16:" in text and "q8/q4 unchecked (+-?)" in text
+    stat = f", +- the {fp32.statistic} of the held-out |error|: "
+    assert f"at fp32{stat}" in text and f"at bf16/fp16{stat}" in text
+    assert "q8/q4 unchecked (+-?)" in text
 
 
 def test_cost_shows_a_precision_no_check_covers_as_unknown(capsys):

@@ -402,7 +402,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
                 [
                     f"held-out {quantity} error at {'/'.join(v.precisions)}",
                     f"MAPE {100 * v.mape:.1f}%, within +-10% {100 * v.within_10:.0f}% of {v.n} "
-                    f"predictions, 90th percentile +-{100 * v.error:.0f}%"
+                    f"predictions, +-{100 * v.error:.0f}% ({v.statistic})"
                     + (f"; by working set: {describe_bands(bands)}" if bands else ""),
                 ]
             )

@@ -84,20 +84,28 @@ class WorkingSetBands:
     """Held-out |error| by the working set of the predicted phase (fp32 bytes of its weights and
     decode state, `kernel_latency.working_set`): `edges` (increasing) split working sets into
     len(edges) + 1 bands, band i holding `n[i]` predictions whose 90th percentile of |error| is
-    `p90[i]`. A prediction misses by more near the edge of a shared cache, whose share a VM's
-    neighbours move, than well inside or beyond it (`archsearch.cost.kernel_fit`)."""
+    `p90[i]` (and its upper bound `bound[i]`: `Validation.bound`). A prediction misses by more
+    near the edge of a shared cache, whose share a VM's neighbours move, than well inside or
+    beyond it (`archsearch.cost.kernel_fit`)."""
 
     edges: tuple[float, ...]  # bytes
     p90: tuple[float, ...]
     n: tuple[int, ...]
+    bound: tuple[float, ...] | None = None
+
+    @property
+    def errors(self) -> tuple[float, ...]:
+        """Each band's error: its bound where given, else its 90th percentile."""
+        return self.bound if self.bound is not None else self.p90
 
     def at(self, working_set) -> np.ndarray:
         """The error of the band each working set (bytes, scalar or array) falls in."""
         band = np.searchsorted(self.edges, np.asarray(working_set, dtype=np.float64), "right")
-        return np.asarray(self.p90)[band]
+        return np.asarray(self.errors)[band]
 
     def to_dict(self) -> dict[str, list]:
-        return {"edges": list(self.edges), "p90": list(self.p90), "n": list(self.n)}
+        out = {"edges": list(self.edges), "p90": list(self.p90), "n": list(self.n)}
+        return out if self.bound is None else {**out, "bound": list(self.bound)}
 
 
 @dataclass(frozen=True)
@@ -112,15 +120,28 @@ class Validation:
     n: int
     method: str
     p90: float | None = None  # 90th percentile of the absolute relative error
+    # an upper bound of that 90th percentile at 90% confidence (`kernel_fit.p90_bound`)
+    bound: float | None = None
     by_working_set: WorkingSetBands | None = None
     precisions: tuple[str, ...] = PRECISIONS
 
     @property
     def error(self) -> float:
-        """The relative error a prediction carries: the 90th percentile of the held-out
-        absolute error where known (a band that holds for nine predictions in ten), else the
-        mean (MAPE)."""
-        return self.p90 if self.p90 is not None else self.mape
+        """The relative error a prediction carries (`statistic`): the upper bound of the 90th
+        percentile of the held-out absolute error where known (a +- that holds for at least
+        nine predictions in ten, at 90% confidence), else that 90th percentile, else the mean
+        (MAPE)."""
+        for e in (self.bound, self.p90):
+            if e is not None:
+                return e
+        return self.mape
+
+    @property
+    def statistic(self) -> str:
+        """What `error` is."""
+        if self.bound is not None:
+            return "upper 90%-confidence bound of the 90th percentile"
+        return "90th percentile" if self.p90 is not None else "mean (MAPE)"
 
     def error_at(self, working_set) -> np.ndarray:
         """The error of predictions of these working sets (bytes): their band's where the
@@ -358,10 +379,10 @@ def _validation(raw: Any, source: str, kernels: bool) -> dict[str, tuple[Validat
 
 
 def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
-    fields = {"mape", "within_10", "n", "method", "p90", "by_working_set", "precisions"}
+    fields = {"mape", "within_10", "n", "method", "p90", "bound", "by_working_set", "precisions"}
     if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
         raise UserError(
-            "expected {mape, within_10, n, method} (and optionally p90, precisions, "
+            "expected {mape, within_10, n, method} (and optionally p90, bound, precisions, "
             "by_working_set), or a list of them",
             source=source,
             key=key,
@@ -393,13 +414,16 @@ def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
             source=source,
             key=f"{key}.precisions",
         )
-    p90 = entry.get("p90")
+    p90, bound = entry.get("p90"), entry.get("bound")
     return Validation(
         mape=_number(entry["mape"], source=source, key=f"{key}.mape", zero_ok=True),
         within_10=within,
         n=n,
         method=method.strip(),
         p90=None if p90 is None else _number(p90, source=source, key=f"{key}.p90", zero_ok=True),
+        bound=None
+        if bound is None
+        else _number(bound, source=source, key=f"{key}.bound", zero_ok=True),
         by_working_set=_bands(entry.get("by_working_set"), source, f"{key}.by_working_set"),
         precisions=tuple(precisions),
     )
@@ -409,17 +433,24 @@ def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
     if raw is None:
         return None
     expected = (
-        "expected {edges: [bytes, increasing], p90: [...], n: [...]}, one more p90 and n than edges"
+        "expected {edges: [bytes, increasing], p90: [...], n: [...]} (and optionally bound: "
+        "[...]), one more p90, n and bound than edges"
     )
-    if not isinstance(raw, dict) or set(map(str, raw)) != {"edges", "p90", "n"}:
+    lists = ["edges", "p90", "n"] + (["bound"] if isinstance(raw, dict) and "bound" in raw else [])
+    if not isinstance(raw, dict) or set(map(str, raw)) != set(lists):
         raise UserError(expected, source=source, key=key)
-    if not all(isinstance(raw[k], list) for k in ("edges", "p90", "n")):
+    if not all(isinstance(raw[k], list) for k in lists):
         raise UserError(expected, source=source, key=key)
     edges = [_number(e, source=source, key=f"{key}.edges.{i}") for i, e in enumerate(raw["edges"])]
-    p90 = [
-        _number(e, source=source, key=f"{key}.p90.{i}", zero_ok=True)
-        for i, e in enumerate(raw["p90"])
-    ]
+
+    def errors(k: str) -> list[float]:
+        return [
+            _number(e, source=source, key=f"{key}.{k}.{i}", zero_ok=True)
+            for i, e in enumerate(raw[k])
+        ]
+
+    p90 = errors("p90")
+    bound = errors("bound") if "bound" in raw else p90
     for i, n in enumerate(raw["n"]):
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise UserError(
@@ -427,18 +458,21 @@ def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
             )
     if any(b <= a for a, b in itertools.pairwise(edges)):
         raise UserError(f"edges must increase, got {edges}", source=source, key=f"{key}.edges")
-    if not len(p90) == len(raw["n"]) == len(edges) + 1:
+    if not len(p90) == len(bound) == len(raw["n"]) == len(edges) + 1:
         raise UserError(expected, source=source, key=key)
-    return WorkingSetBands(tuple(edges), tuple(p90), tuple(raw["n"]))
+    return WorkingSetBands(
+        tuple(edges), tuple(p90), tuple(raw["n"]), tuple(bound) if "bound" in raw else None
+    )
 
 
 def latency_error(device: DeviceProfile, metric: str, precision: str) -> float | None:
     """The relative error (0.14: +-14%) a latency metric (`ttft_ms`, `decode_ms`, `e2e_ms`)
     predicted at `precision` carries on `device`: the held-out `Validation.error` of the check
-    at that precision (`DeviceProfile.check`: the 90th percentile of |error| where the profile
-    gives it, else the MAPE); e2e takes the larger of TTFT's and decode's (the error of a sum
-    of two positive parts is at most the larger relative error). None where the profile has
-    no check at that precision (nothing is known)."""
+    at that precision (`DeviceProfile.check`: the upper bound of the 90th percentile of |error|
+    where the profile gives it, else that percentile, else the MAPE); e2e takes the larger of
+    TTFT's and decode's (the error of a sum of two positive parts is at most the larger
+    relative error). None where the profile has no check at that precision (nothing is
+    known)."""
     checks = _checks(device, metric, precision)
     return None if checks is None else max(v.error for v in checks.values())
 
@@ -531,24 +565,23 @@ def _describe_error(device: DeviceProfile) -> str:
     if not device.validation:
         return f"{device.name}: {how}; no validation figures, so latencies carry no error (+-?)"
     checks = [v for vs in device.validation.values() for v in vs]
-    stat = "90th percentile" if all(v.p90 is not None for v in checks) else "mean (MAPE)"
     parts = []
     for group in dict.fromkeys(v.precisions for v in checks):
+        these = [(q, v) for q, vs in device.validation.items() for v in vs if v.precisions == group]
+        stats = {v.statistic for _, v in these}
         figs = ", ".join(
-            f"{q} +-{100 * v.error:.0f}% (MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% "
-            f"within +-10%, n={v.n}"
+            f"{q} +-{100 * v.error:.0f}% ("
+            + (f"the {v.statistic}; " if len(stats) > 1 else "")
+            + f"MAPE {100 * v.mape:.0f}%, {100 * v.within_10:.0f}% within +-10%, n={v.n}"
             + (f"; by working set: {describe_bands(v.by_working_set)}" if v.by_working_set else "")
             + ")"
-            for q, vs in device.validation.items()
-            for v in vs
-            if v.precisions == group
+            for q, v in these
         )
-        method = next(v.method for v in checks if v.precisions == group)
-        parts.append(f"at {'/'.join(group)}: {figs}; {method}")
+        stat = f", +- the {stats.pop()} of the held-out |error|" if len(stats) == 1 else ""
+        parts.append(f"at {'/'.join(group)}{stat}: {figs}; {these[0][1].method}")
     unchecked = [p for p in PRECISIONS if not any(p in v.precisions for v in checks)]
     tail = f"; {'/'.join(unchecked)} unchecked (+-?)" if unchecked else ""
-    figures = " | ".join(parts)
-    return f"{device.name}: {how}; +- is the {stat} of the held-out |error| {figures}{tail}"
+    return f"{device.name}: {how}; {' | '.join(parts)}{tail}"
 
 
 def describe_bands(bands: WorkingSetBands) -> str:
@@ -556,7 +589,9 @@ def describe_bands(bands: WorkingSetBands) -> str:
     mib = [f"{e / 2**20:.0f}" for e in bands.edges]
     where = [f"{lo}-{hi} MiB" for lo, hi in itertools.pairwise(mib)]
     where = [f"below {mib[0]} MiB", *where, f"from {mib[-1]} MiB"] if mib else ["all"]
-    return ", ".join(f"{w} +-{100 * e:.0f}% (n={n})" for w, e, n in zip(where, bands.p90, bands.n))
+    return ", ".join(
+        f"{w} +-{100 * e:.0f}% (n={n})" for w, e, n in zip(where, bands.errors, bands.n)
+    )
 
 
 def _matmul_table(raw: Any, source: str) -> dict | None:
