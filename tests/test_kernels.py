@@ -50,6 +50,7 @@ from archsearch.cost.kernel_timing import (
     BATCHES,
     GRIDS,
     MEMORY_SIZES,
+    SAMPLE_S,
     Shape,
     affordable,
     random_shape,
@@ -671,11 +672,11 @@ def first_tree(model: dict, key: str, line: str) -> None:
 
 def test_a_profile_calibrated_before_the_span_reads_as_sampled_back_to_back():
     """`sample_s` is absent from profiles calibrated before whole models were sampled over a
-    span: they parse, as 0 (samples back to back); the shipped `local` is one of them."""
+    span: they parse, as 0 (samples back to back); the shipped `local` reads its span."""
     kernels = synthetic_kernels().to_dict()
     kernels.pop("sample_s")
     assert parse_kernels(kernels, source="test").sample_s == 0.0
-    assert load_device("local").kernels.sample_s == 0.0
+    assert load_device("local").kernels.sample_s == SAMPLE_S
 
 
 def write_profile(tmp_path: Path, kernels: dict) -> Path:
@@ -774,8 +775,7 @@ def test_a_malformed_kernels_section_is_one_line_and_exit_2(
 
 
 def test_a_profile_of_the_one_cache_form_still_reads():
-    """Profiles calibrated before the memory model had levels (the shipped `local` among them)
-    keep their meaning: the flat {byte_s, cache_lo, cache_hi} is one cache level."""
+    """Profiles calibrated before the memory model had levels keep their meaning: the flat {byte_s, cache_lo, cache_hi} is one cache level."""
     kernels = synthetic_kernels().to_dict()
     flat = {"model_s": 1e-4, "layer_s": 2e-5, "byte_s": 3e-11, "cache_lo": 2**24, "cache_hi": 2**27}
     kernels["glue"]["forward"] = flat
