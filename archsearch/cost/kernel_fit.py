@@ -43,9 +43,10 @@
    around it and 19-43% beyond in six calibrations, and each calibration's benchmark found
    its held-out architectures inside their band's +- for 83-96% of decode steps (90% is what
    a 90th percentile promises), against 83-100% with the twelve's one figure, 0.11-0.89 wide.
-   The check covers fp32, the precision the kernel predictor prices; `precision_check` checks
-   the roofline at another one on the same held-out models (`archsearch calibrate`: fp16,
-   timed in bf16).
+   Each 90th percentile is stated with its upper 90%-confidence bound (`p90_bound`), the +- a
+   prediction carries. The check covers fp32, the precision the kernel predictor prices;
+   `precision_check` checks the roofline at another one on the same held-out models
+   (`archsearch calibrate`: fp16, timed in bf16).
 """
 
 from __future__ import annotations
