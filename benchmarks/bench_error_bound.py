@@ -7,10 +7,11 @@ that figure (decode's by the working set of its step). This prices every saved r
 `bench_latency_accuracy.py` (`--runs`: its held-out architectures timed at another hour, not
 seen by any calibration) on every calibration (`--calibration NAME=RAW.json`: the profile
 NAME in the device folder, and the JSON `archsearch calibrate ... format=json` printed, whose
-`raw` timings rebuild the held-out errors), with the validation rebuilt twice from those
-errors: the `p90` alone (as profiles stated before bounds) and with its `bound`. Per pair, the
-share of held-out architectures inside their own +- (a 90th percentile promises 90%; the
-bound, at least 90% nine times in ten) and the mean +-. No timing: seconds per pair.
+`raw` part keeps the held-out predictions it pooled), with the validation rebuilt twice from
+them (`kernel_fit.pooled_check`): the `p90` alone (as profiles stated before bounds) and with
+its `bound`. Per pair, the share of held-out architectures inside their own +- (a 90th
+percentile promises 90%; the bound, at least 90% nine times in ten) and the mean +-. No
+timing: a second or two per pair.
 
     ARCHSEARCH_DEVICE_DIR=DIR python benchmarks/bench_error_bound.py \\
         --calibration epyc27x=x.json epyc27y=y.json --runs x_bench.json y_bench.json
@@ -31,7 +32,6 @@ import numpy as np
 
 from archsearch.cost import kernel_fit as kf
 from archsearch.cost.devices import DeviceProfile, load_device, parse_device
-from archsearch.cost.kernels import NO_GLUE, PHASES
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency_accuracy import cases, predict
@@ -39,35 +39,30 @@ from bench_latency_accuracy import cases, predict
 RULES = ("p90", "bound")
 
 
-def held_out(dev: DeviceProfile, raw: dict) -> tuple[list, list, list, int, float]:
-    """The calibration's pooled held-out predictions, rebuilt from its raw timings as
-    `kernel_fit.fit_kernels` made them: (measured, predicted, working sets, how many are the
-    held-out models', the probe's largest cache)."""
-    held = {m.arch.summary(): m for m in kf.validation_models()}
-    glue = {m.arch.summary(): m for m in kf.glue_models()}
-    val = [e for e in raw["validation"] if e["arch"] in held]
-    fitted = [e for e in raw["glue"] if e["arch"] in glue]
-    models = [held[e["arch"]] for e in val]
-    glue_models = [
-        glue[e["arch"]]._replace(prompt=e["prompt"], context=e["context"], batch=e["batch"])
-        for e in fitted
+def held_out(raw: dict) -> tuple[list, list, list, int, float]:
+    """A calibration's pooled held-out predictions as `kernel_fit.fit_kernels` pooled them, from
+    its raw timings (`raw`: the `kernels` part): (measured, predicted, working sets, how many
+    are the held-out models', the probe's largest cache); the arguments of
+    `kernel_fit.pooled_check`."""
+    models = {m.arch.summary(): m for m in kf.validation_models() + kf.glue_models()}
+    val, glue = raw["validation"], [e for e in raw["glue"] if "left_out_s" in e]
+    measured = [tuple(e["measured_s"]) for e in val + glue]
+    predicted = [tuple(e["predicted_s"]) for e in val] + [tuple(e["left_out_s"]) for e in glue]
+    working = [
+        models[e["arch"]]
+        ._replace(prompt=e["prompt"], context=e["context"], batch=e["batch"])
+        .working_sets()
+        for e in val + glue
     ]
-    bare = kf._with(dev, dataclasses.replace(dev.kernels, glue={p: NO_GLUE for p in PHASES}))
-    glue_meas = [tuple(e["measured_s"]) for e in fitted]
-    inputs = kf._glue_inputs(bare, glue_models, glue_meas, [m.predicted(bare) for m in glue_models])
     memory = kf.fit_memory(
         [m["bytes"] for m in raw["memory"]], [m["seconds"] for m in raw["memory"]]
     )
-    left_out = kf._left_out(dev, dev.kernels, glue_models, inputs, memory)
-    measured = [tuple(e["measured_s"]) for e in val] + glue_meas
-    predicted = [m.predicted(dev) for m in models] + left_out
-    working = [m.working_sets() for m in models + glue_models]
     capacity = memory.caches[-1].hi if memory.caches else 0.0
-    return measured, predicted, working, len(models), capacity
+    return measured, predicted, working, len(val), capacity
 
 
 def with_validation(dev: DeviceProfile, validation: dict, rule: str) -> DeviceProfile:
-    """`dev` with its fp32 checks replaced by `validation` (`kernel_fit._validation`), their
+    """`dev` with its fp32 checks replaced by `validation` (`kernel_fit.pooled_check`), their
     bounds dropped for `rule` p90."""
     entries = copy.deepcopy(validation)
     if rule == "p90":
@@ -106,7 +101,7 @@ def main() -> None:
         name, raw_path = spec.split("=", 1)
         dev = load_device(name)
         raw = json.loads(Path(raw_path).read_text())["raw"]["kernels"]
-        validation = kf._validation(*held_out(dev, raw))
+        validation = kf.pooled_check(*held_out(raw))
         for rule in RULES:
             stated = with_validation(dev, validation, rule)
             for run, rows in runs.items():

@@ -145,7 +145,7 @@ def test_validation_bands_hold_enough_predictions_and_their_90th_percentiles(ws,
 
 
 def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
-    from archsearch.cost.kernel_fit import BAND_EDGES, _validation
+    from archsearch.cost.kernel_fit import BAND_EDGES, pooled_check
 
     rng = np.random.default_rng(0)
     cap = 32 * 2**20
@@ -155,7 +155,7 @@ def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
     near = (ws > 16) & (ws < 64)
     measured = [(1.0, 1.0)] * len(ws)
     predicted = [(1.05, 1.4 if edge else 1.05) for edge in near]
-    v = _validation(measured, predicted, working, 12, cap)
+    v = pooled_check(measured, predicted, working, 12, cap)
     assert v["ttft"]["n"] == v["decode"]["n"] == 30
     assert "12 held-out" in v["decode"]["method"] and "18 glue models" in v["decode"]["method"]
     assert "by_working_set" not in v["ttft"]
@@ -165,7 +165,7 @@ def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
     assert bands["bound"] == [0.05, 0.4, 0.05]  # ten in a band: the largest
     assert v["decode"]["p90"] == pytest.approx(0.4)  # the one figure: wide everywhere
     assert v["decode"]["bound"] == pytest.approx(0.4) and v["ttft"]["bound"] == pytest.approx(0.05)
-    assert "by_working_set" not in _validation(measured, predicted, working, 12, 0.0)["decode"]
+    assert "by_working_set" not in pooled_check(measured, predicted, working, 12, 0.0)["decode"]
 
 
 @settings(max_examples=80, deadline=None)

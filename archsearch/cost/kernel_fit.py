@@ -97,6 +97,7 @@ __all__ = [
     "glue_models",
     "kernel_steps",
     "p90_bound",
+    "pooled_check",
     "precision_check",
     "validation_models",
 ]
@@ -801,7 +802,7 @@ def _bands(working, err, edges: list[float]) -> dict[str, list] | None:
     }
 
 
-def _validation(
+def pooled_check(
     measured, predicted, working, held_out: int, capacity: float
 ) -> dict[str, dict[str, Any]]:
     """The profile's `validation`: per quantity the figures of the pooled held-out predictions
@@ -902,10 +903,10 @@ def p90_bound(err: np.ndarray, confidence: float = 0.9) -> float:
     err_(k) with P(Binomial(n, 0.9) <= k - 1) >= `confidence` (err_(k) falls below the
     percentile only when k or more of the n errors do, a Binomial(n, 0.9) count); the largest
     error where none reaches it (n < 22 at 0.9). Why: the 90th percentile of a calibration's
-    49-52 held-out errors, stated as the +-, held for 80% of the TTFT and 87% of the decode
-    predictions of the accuracy benchmark (mean over 49 pairs of seven EPYC VM calibrations and
-    seven runs' timings; as low as 50% and 65%); this bound, for 90% and 95% (README, "An
-    error you can trust")."""
+    49-52 held-out errors, stated as the +-, held for 78% of the TTFT and 86% of the decode
+    predictions of the accuracy benchmark (mean over 64 pairs of eight EPYC VM calibrations and
+    eight runs' timings; as low as 50% and 65%); this bound, for 88% and 94%
+    (`benchmarks/bench_error_bound.py`; README, "An error you can trust")."""
     from scipy.stats import binom
 
     e = np.sort(np.asarray(err, dtype=np.float64))
@@ -1036,7 +1037,7 @@ def fit_kernels(
     capacity = memory.caches[-1].hi if memory.caches else 0.0
     return {
         "kernels": kernels.to_dict(),
-        "validation": _validation(
+        "validation": pooled_check(
             val_meas + glue_meas[: len(left_out)],
             val_pred + left_out,
             [m.working_sets() for m in checked],
