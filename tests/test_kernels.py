@@ -775,7 +775,8 @@ def test_a_malformed_kernels_section_is_one_line_and_exit_2(
 
 
 def test_a_profile_of_the_one_cache_form_still_reads():
-    """Profiles calibrated before the memory model had levels keep their meaning: the flat {byte_s, cache_lo, cache_hi} is one cache level."""
+    """Profiles calibrated before the memory model had levels keep their meaning: the flat
+    {byte_s, cache_lo, cache_hi} is one cache level."""
     kernels = synthetic_kernels().to_dict()
     flat = {"model_s": 1e-4, "layer_s": 2e-5, "byte_s": 3e-11, "cache_lo": 2**24, "cache_hi": 2**27}
     kernels["glue"]["forward"] = flat

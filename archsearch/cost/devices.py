@@ -450,7 +450,7 @@ def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
         ]
 
     p90 = errors("p90")
-    bound = errors("bound") if "bound" in raw else p90
+    bound = errors("bound") if "bound" in raw else None
     for i, n in enumerate(raw["n"]):
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise UserError(
@@ -458,10 +458,12 @@ def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:
             )
     if any(b <= a for a, b in itertools.pairwise(edges)):
         raise UserError(f"edges must increase, got {edges}", source=source, key=f"{key}.edges")
-    if not len(p90) == len(bound) == len(raw["n"]) == len(edges) + 1:
+    if not len(p90) == len(raw["n"]) == len(edges) + 1 or (
+        bound is not None and len(bound) != len(p90)
+    ):
         raise UserError(expected, source=source, key=key)
     return WorkingSetBands(
-        tuple(edges), tuple(p90), tuple(raw["n"]), tuple(bound) if "bound" in raw else None
+        tuple(edges), tuple(p90), tuple(raw["n"]), None if bound is None else tuple(bound)
     )
 
 
