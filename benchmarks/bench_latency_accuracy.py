@@ -37,7 +37,8 @@ of |error|, or that percentile on a profile without bounds, in the band of its w
 where the profile gives bands, else its one figure); the share of the held-out architectures
 inside their own +- (a 90th percentile promises 90%, its bound at least that) and the median
 +- are printed beside the share inside the profile's one figure. Across calibrations and runs:
-`bench_error_bound.py`.
+`bench_error_bound.py`; how close any predictor can come across saved runs (the median of the
+other runs' timings, beside the profiles): `bench_latency_ceiling.py`.
 
 `--precision fp16` checks the roofline's half precision instead (a measured profile's kernel
 predictor prices fp32 only): every model timed in bf16 (`kernel_timing.DTYPES`), predicted at

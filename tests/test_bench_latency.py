@@ -1,13 +1,16 @@
 """The latency benchmark (benchmarks/bench_latency_accuracy.py): its sentinels (the glue models
 it times again before every held-out architecture to watch the machine's cache share), its
-retest of the two passes, and its reading at the machine's drift; and the timing-window
-benchmark's spans (benchmarks/bench_timing_window.py)."""
+retest of the two passes, and its reading at the machine's drift; the timing-window
+benchmark's spans (benchmarks/bench_timing_window.py); and the ceiling of saved runs
+(benchmarks/bench_latency_ceiling.py)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
 import itertools
+import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +34,7 @@ def _load(name: str):
 
 bench = _load("bench_latency_accuracy")
 window = _load("bench_timing_window")
+ceiling = _load("bench_latency_ceiling")
 
 
 def test_the_sentinels_are_glue_models_nearest_their_working_sets():
@@ -142,3 +146,115 @@ def test_a_bad_span_is_an_argument_error(text):
     error, exit 2, before anything is timed."""
     with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
         window.spans_arg(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    base=st.lists(st.floats(0.5, 500.0), min_size=2, max_size=8),
+    speeds=st.lists(st.floats(0.7, 1.4), min_size=3, max_size=7),
+)
+def test_the_ceiling_knows_the_typical_speed_and_at_run_speed_the_moment(base, speeds):
+    """Runs that differ only by the whole machine's speed: the ceiling predicts each run by the
+    median of the others (the architectures' typical times, none of this run's moment), and
+    scaled by the run's own median ratio it meets every timing."""
+    timings = np.outer(speeds, base)
+    loo, at_speed = ceiling.ceiling(timings)
+    for i in range(len(speeds)):
+        others = np.median(np.delete(np.array(speeds), i))
+        assert np.allclose(loo[i], others * np.array(base))
+    assert np.allclose(at_speed, timings)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    timings=st.lists(
+        st.lists(st.floats(0.1, 100.0), min_size=4, max_size=4), min_size=3, max_size=6
+    ),
+    run=st.integers(0, 5),
+    factor=st.floats(0.2, 5.0),
+)
+def test_the_ceiling_never_sees_the_run_it_predicts(timings, run, factor):
+    """A run's own timings, however changed, leave the ceiling's prediction of it unchanged
+    (leave one run out)."""
+    timings = np.array(timings)
+    run %= len(timings)
+    changed = timings.copy()
+    changed[run] *= factor
+    assert np.allclose(ceiling.ceiling(timings)[0][run], ceiling.ceiling(changed)[0][run])
+
+
+def _saved_runs(tmp_path: Path, scales: list[float]) -> list[str]:
+    """Saved runs of the benchmark's 48 held-out architectures, run i timing every one at
+    `scales[i]` x a fixed time of its own."""
+    rng = np.random.default_rng(0)
+    rows = [
+        dict(family=f, summary=a.summary(), prompt=p, context=c, batch=b)
+        for (f, a, (p, c, b)) in bench.cases(3)
+    ]
+    ttft, decode = rng.uniform(5, 500, len(rows)), rng.uniform(1, 30, len(rows))
+    paths = []
+    for i, s in enumerate(scales):
+        timed = [
+            {**r, "ttft_ms": s * t, "decode_ms": s * d}
+            | {"ttft_builds_ms": [s * t], "decode_builds_ms": [s * d]}
+            for r, t, d in zip(rows, ttft, decode)
+        ]
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps({"device": "x", "precision": "fp32", "rows": timed}))
+        paths.append(str(path))
+    return paths
+
+
+def test_the_ceiling_reads_the_profiles_as_the_accuracy_benchmark_does(tmp_path, monkeypatch):
+    """Five saved runs (the last 30% slower), priced on `local` and `rpi5` and their ensemble:
+    the profiles' figures per run are the accuracy benchmark's own (`summary` of its
+    `predict`); the ceiling misses only the slow run, which it meets at that run's speed."""
+    paths = _saved_runs(tmp_path, [1.0, 1.01, 1.02, 1.03, 1.3])
+    out = tmp_path / "ceiling.json"
+    argv = ["x", "--runs", *paths, "--device", "local", "rpi5", "--ensemble", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    ceiling.main()
+    result = json.loads(out.read_text())
+    archs = {a.summary(): a for _, a, _ in bench.cases(3)}
+    from archsearch.cost.devices import load_device
+
+    local = load_device("local")
+    for path, got in zip(paths, result["devices"]["local"]["decode"]["per_run"]):
+        rows = json.loads(Path(path).read_text())["rows"]
+        for row in rows:
+            bench.predict(row, archs[row["summary"]], local)
+        want = bench.summary(rows, "decode")
+        assert got["within_10"] == want["within_10"]
+        assert abs(got["mape_percent"] - want["mape_percent"]) < 1e-9
+    assert set(result["devices"]) == {"local", "rpi5", "ensemble of 2"}
+    c = result["ceiling"]["ttft"]
+    assert [r["within_10"] for r in c["per_run"]] == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert c["at_run_speed"]["within_5"] == 1.0
+
+
+@pytest.mark.parametrize("case", ["two runs", "other rows", "one device ensemble"])
+def test_bad_ceiling_arguments_exit_2_before_anything_is_priced(
+    tmp_path, monkeypatch, capsys, case
+):
+    """Fewer than three runs, a run of other architectures, an ensemble of one profile: one
+    line on stderr naming what is wrong, exit 2, nothing written."""
+    paths = _saved_runs(tmp_path, [1.0, 1.1, 1.2])
+    args = ["--runs", *paths]
+    if case == "two runs":
+        args = ["--runs", *paths[:2]]
+    elif case == "other rows":
+        saved = json.loads(Path(paths[2]).read_text())
+        saved["rows"] = saved["rows"][1:]
+        Path(paths[2]).write_text(json.dumps(saved))
+    else:
+        args += ["--device", "local", "--ensemble"]
+    out = tmp_path / "ceiling.json"
+    monkeypatch.setattr(sys, "argv", ["x", *args, "--out", str(out)])
+    with pytest.raises(SystemExit) as exit_:
+        ceiling.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert {"two runs": "at least three", "other rows": paths[2], "one device ensemble": "two"}[
+        case
+    ] in err
+    assert not out.exists()

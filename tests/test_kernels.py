@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -981,6 +983,43 @@ def test_a_sampling_span_outlasts_a_busy_moment(busy_s, steady_s, slowdown, repe
         timed, calls = _timed_on_a_simulated_clock(cost, repeats)
         assert timed == pytest.approx(steady_s * slowdown)
         assert calls == repeats + 1  # the one call before sampling, then `repeats`
+
+
+_FAULTS_PER_CALL = """
+import resource, sys, torch
+from archsearch.cost.kernel_timing import steady_allocator
+if sys.argv[1] == "steady":
+    assert steady_allocator()
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(3):
+    torch.ones(2**24)  # a 64 MiB temporary, freed at once
+f0 = faults()
+for _ in range(10):
+    torch.ones(2**24)
+print((faults() - f0) / 10)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux only")
+def test_a_steady_allocator_stops_a_freed_temporary_faulting_in_on_every_call():
+    """A 64 MiB temporary made and freed again and again (as a kernel's intermediates are) is
+    page-faulted in anew on every call by glibc's default malloc (its `mmap` path); once
+    `steady_allocator` has run (as every timing runs it), its pages are reused: far fewer
+    faults, in a fresh process each (the allocator's state is the process's)."""
+
+    def faults_per_call(mode: str) -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", _FAULTS_PER_CALL, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return float(out.stdout.split()[-1])
+
+    default, steady = faults_per_call("default"), faults_per_call("steady")
+    assert default > 10  # 16384 with 4 KiB pages; 32 were every page a huge one
+    assert steady <= default / 10
 
 
 def test_a_whole_model_is_sampled_over_the_span_in_both_phases(monkeypatch):

@@ -24,12 +24,17 @@ the machine's busy moments, the least of builds what is left of a build's memory
 A kernel is called again and again within its own samples (calls looped for `min_time`, the
 least of repeats), which take it to its steady time, so the two agree on what they measure:
 the undisturbed steady time (not checked: GEMMs whose weight alone is 64-128 MiB, where the
-probe needed 3-8 calls, may be timed before it).
+probe needed 3-8 calls, may be timed before it). Both run with the process's allocator held
+steady (`steady_allocator`): without it, a kernel's large temporaries were page-faulted in
+anew on every call or not, by what had run before it in the process.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +73,7 @@ __all__ = [
     "random_shape",
     "seconds_per_call",
     "shape_rows",
+    "steady_allocator",
     "time_model",
     "time_model_once",
     "time_shape",
@@ -258,6 +264,34 @@ back to back predict those."""
 DTYPES = {"fp32": "float32", "fp16": "bfloat16", "bf16": "bfloat16"}
 
 
+@functools.cache
+def steady_allocator() -> bool:
+    """Keep glibc's malloc from handing memory back to the kernel for the rest of this process
+    (no `mmap` per allocation, no trim of the heap), so that a timed call reuses pages it has
+    already touched; True where it took effect (Linux with glibc), False elsewhere.
+
+    By default glibc serves a large allocation with a fresh `mmap` and unmaps it on free, and
+    the threshold between heap and `mmap` moves with the process's history (from 128 KiB up to
+    32 MiB; always `mmap` above). A call whose temporaries take that path page-faults them all
+    in again on every call. Measured on this project's EPYC VM, one thread: Mamba2's prefill at
+    d = 512, 16 heads, 8 sequences faulted 48-67 MiB a call at 128-192 tokens and ran 49 and
+    48-88 ms, against 29 and 45 ms without (its time then grew as its tokens, 14/29/45/62 ms
+    at 64-256 tokens); which timings faulted depended on the shapes timed before them, and a
+    kernel's fit learned the faults (a profile calibrated without this predicted that prefill
+    17-27% slow against its steady times at 64-256 tokens). Whole
+    models in their steady state faulted none, nor does a deploy runtime with an arena or a
+    caching allocator; every timing (`seconds_per_call`) now measures that state. The process
+    keeps the memory it frees (its resident size stays at its peak)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no mallopt: not glibc (musl's returns 0: False below)
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's <malloc.h>
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
+
+
 def seconds_per_call(
     fn: Callable[[], Any],
     repeats: int,
@@ -269,7 +303,9 @@ def seconds_per_call(
     """Seconds per call: `reduce` of the samples, each looping until `min_time` (by default
     the least, the undisturbed time, as `timeit` advises; others' work only adds to a sample),
     taken after calls for `warmup` seconds (at least one call): `repeats` of them, and more
-    until they span `span` seconds."""
+    until they span `span` seconds. The process's allocator is made steady first
+    (`steady_allocator`)."""
+    steady_allocator()
     t0 = time.perf_counter()
     fn()
     while time.perf_counter() - t0 < warmup:

@@ -1,0 +1,149 @@
+"""How close can any latency predictor come on this machine? The ceiling of saved runs of
+`bench_latency_accuracy.py`, beside the profiles priced on the same timings.
+
+Every run times the same held-out architectures at the same settings, at another hour. A
+predictor fixed before a run (a calibrated profile) cannot know that run's moment: the
+machine's speed, its share of a shared cache, its neighbours. The ceiling is the predictor
+that knows everything else: each architecture's timing in a run is predicted by the median of
+its timings in the other runs (leave one run out). Its share within +-10% is what a perfect
+model of this machine's typical speed would score; a profile below it has error of its own
+to remove, and the gap between the ceiling and 100% is the machine's (the same reading across
+hours as the benchmark's `retest` within a run). `at_run_speed` scales the ceiling's
+predictions of a run by that run's median measured / predicted: what is left when the whole
+machine's change of speed is known too (architecture-specific change only).
+
+`--device NAME ...` prices every run's timings on each profile as well (as `--rescore` does),
+so the ceiling and the profiles are read on one set of measurements; `--ensemble` adds the
+geometric mean of their predictions (several calibrations averaged: what is left of a
+profile's error once calibration-to-calibration variance is averaged out).
+
+    python benchmarks/bench_latency_ceiling.py --runs results/latency_accuracy*.json \\
+        --device local
+
+Printed and saved (`--out`, default results/latency_ceiling.json): per run and as a mean
+over runs, for TTFT and decode, the share within +-5/10/20%, MAPE and Kendall's tau.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import kendalltau
+
+from archsearch.cost.devices import load_device
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_latency_accuracy import cases, predict
+
+QUANTITIES = ("ttft", "decode")
+
+
+def key(row: dict) -> tuple:
+    return row["summary"], row["prompt"], row["context"], row["batch"]
+
+
+def figures(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    err = predicted / measured - 1
+    return {
+        "within_5": float(np.mean(np.abs(err) <= 0.05)),
+        "within_10": float(np.mean(np.abs(err) <= 0.10)),
+        "within_20": float(np.mean(np.abs(err) <= 0.20)),
+        "mape_percent": float(100 * np.mean(np.abs(err))),
+        "kendall_tau": float(kendalltau(measured, predicted).statistic),
+    }
+
+
+def ceiling(timings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run (rows of `timings`: runs x architectures), the leave-one-run-out median of the
+    other runs' timings, and the same scaled by the run's median measured / predicted."""
+    loo = np.array([np.median(np.delete(timings, i, axis=0), axis=0) for i in range(len(timings))])
+    speed = np.median(timings / loo, axis=1, keepdims=True)
+    return loo, loo * speed
+
+
+def mean_of(per_run: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in per_run])) for k in per_run[0]}
+
+
+def priced(dev, by_key: list[dict], keys: list[tuple]) -> np.ndarray:
+    """[runs, architectures, 2]: each run's held-out architectures priced on `dev` (ms: TTFT,
+    decode), as `bench_latency_accuracy.py --rescore` prices them."""
+    archs = {arch.summary(): arch for _, arch, _ in cases(3)}
+    out = np.zeros((len(by_key), len(keys), 2))
+    for i, rows in enumerate(by_key):
+        for j, k in enumerate(keys):
+            row = copy.deepcopy(rows[k])
+            predict(row, archs[row["summary"]], dev)
+            out[i, j] = row["ttft_pred_ms"], row["decode_pred_ms"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", nargs="+", required=True, help="saved bench_latency_accuracy runs")
+    ap.add_argument("--device", nargs="*", default=[], help="profiles to price the runs on")
+    ap.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="also the geometric mean of the --device profiles' predictions",
+    )
+    ap.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "latency_ceiling.json")
+    )
+    args = ap.parse_args()
+    if len(args.runs) < 3:
+        ap.error("--runs: at least three runs (a median of the others needs two)")
+    if args.ensemble and len(args.device) < 2:
+        ap.error("--ensemble: at least two --device profiles")
+    runs = [json.loads(Path(p).read_text()) for p in args.runs]
+    if any(r.get("precision", "fp32") != "fp32" for r in runs):
+        ap.error("--runs: fp32 runs only (the kernel predictor's precision)")
+    keys = [key(r) for r in runs[0]["rows"]]
+    by_key = [{key(r): r for r in run["rows"]} for run in runs]
+    for path, rows in zip(args.runs, by_key):
+        if set(rows) != set(keys):
+            ap.error(f"--runs: {path} timed other architectures or settings than {args.runs[0]}")
+    predictions = {name: priced(load_device(name), by_key, keys) for name in args.device}
+    if args.ensemble:
+        logs = np.log(np.array(list(predictions.values())))
+        predictions[f"ensemble of {len(args.device)}"] = np.exp(logs.mean(axis=0))
+    result: dict = {"runs": args.runs, "architectures": len(keys), "ceiling": {}, "devices": {}}
+    for i, q in enumerate(QUANTITIES):
+        timings = np.array([[rows[k][f"{q}_ms"] for k in keys] for rows in by_key])
+        loo, at_speed = ceiling(timings)
+        per_run = [figures(t, p) for t, p in zip(timings, loo)]
+        scaled = [figures(t, p) for t, p in zip(timings, at_speed)]
+        result["ceiling"][q] = {
+            "mean": mean_of(per_run),
+            "at_run_speed": mean_of(scaled),
+            "per_run": per_run,
+        }
+        for name, pred in predictions.items():
+            scores = [figures(t, p[:, i]) for t, p in zip(timings, pred)]
+            entry = result["devices"].setdefault(name, {})
+            entry[q] = {"mean": mean_of(scores), "per_run": scores}
+    print(f"{len(runs)} runs of {len(keys)} held-out architectures")
+    for q in QUANTITIES:
+        c = result["ceiling"][q]
+        lines = [("ceiling (median of the other runs)", c["mean"], c["per_run"])]
+        lines.append(("ceiling at the run's speed", c["at_run_speed"], None))
+        lines += [(name, d[q]["mean"], d[q]["per_run"]) for name, d in result["devices"].items()]
+        for label, m, per_run in lines:
+            runs_10 = " ".join(f"{r['within_10']:.0%}" for r in per_run) if per_run else ""
+            print(
+                f"{q:6s} {label:36s} within +-5/10/20% {m['within_5']:.1%}/{m['within_10']:.1%}/"
+                f"{m['within_20']:.1%}, MAPE {m['mape_percent']:.1f}%, tau {m['kendall_tau']:.3f}"
+                + (f"  (+-10% per run: {runs_10})" if runs_10 else "")
+            )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()
