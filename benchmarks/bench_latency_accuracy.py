@@ -186,11 +186,7 @@ def summary(rows: list[dict], q: str, drift: float | None = None) -> dict:
         "retest_within_10": float(np.mean(np.abs(retest) <= 0.10)) if len(retest) else None,
         "retest_mape_percent": float(100 * np.mean(np.abs(retest))) if len(retest) else None,
         "retest_attainable_within_10": attainable(retest + 1) if len(retest) else None,
-        "within_5": float(np.mean(np.abs(err) <= 0.05)),
-        "within_10": float(np.mean(np.abs(err) <= 0.10)),
-        "within_20": float(np.mean(np.abs(err) <= 0.20)),
-        "mape_percent": float(100 * np.mean(np.abs(err))),
-        "kendall_tau": float(kendalltau(meas, pred).statistic) if len(rows) > 1 else 1.0,
+        **figures(meas, pred),
     }
     stated = np.array([r.get(f"{q}_error", np.nan) for r in rows], dtype=np.float64)
     if np.isfinite(stated).all():
@@ -213,6 +209,19 @@ def summary(rows: list[dict], q: str, drift: float | None = None) -> dict:
         f: float(100 * np.mean([e for e, r in zip(err, rows) if r["family"] == f])) for f in fams
     }
     return out
+
+
+def figures(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    """The share of predictions within +-5/10/20% of their measurements, the MAPE and
+    Kendall's tau (1 for a single row)."""
+    err = predicted / measured - 1
+    return {
+        "within_5": float(np.mean(np.abs(err) <= 0.05)),
+        "within_10": float(np.mean(np.abs(err) <= 0.10)),
+        "within_20": float(np.mean(np.abs(err) <= 0.20)),
+        "mape_percent": float(100 * np.mean(np.abs(err))),
+        "kendall_tau": float(kendalltau(measured, predicted).statistic) if len(err) > 1 else 1.0,
+    }
 
 
 def attainable(ratios: np.ndarray) -> float:

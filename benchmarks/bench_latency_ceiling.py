@@ -33,29 +33,17 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import kendalltau
 
 from archsearch.cost.devices import load_device
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency_accuracy import cases, predict
+from bench_latency_accuracy import cases, figures, predict
 
 QUANTITIES = ("ttft", "decode")
 
 
 def key(row: dict) -> tuple:
     return row["summary"], row["prompt"], row["context"], row["batch"]
-
-
-def figures(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
-    err = predicted / measured - 1
-    return {
-        "within_5": float(np.mean(np.abs(err) <= 0.05)),
-        "within_10": float(np.mean(np.abs(err) <= 0.10)),
-        "within_20": float(np.mean(np.abs(err) <= 0.20)),
-        "mape_percent": float(100 * np.mean(np.abs(err))),
-        "kendall_tau": float(kendalltau(measured, predicted).statistic),
-    }
 
 
 def ceiling(timings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
