@@ -52,9 +52,10 @@ def _wait_for_nodes(address: str, n: int, env: dict, timeout: float = 90) -> lis
 
 
 @contextlib.contextmanager
-def private_ray_cluster(resources: dict[str, float]) -> Iterator[dict]:
+def private_ray_cluster(resources: dict[str, float], head_cpus: int = 1) -> Iterator[dict]:
     """Yield {address, env (for processes that join it), nodes (node ids), edge (the id of the
-    node that advertises `resources`), head (the head's id)}."""
+    node that advertises `resources`), head (the head's id)}; the head has `head_cpus` CPUs
+    (0: every task needing a CPU runs on the second node)."""
     temp = tempfile.mkdtemp(prefix="as-ray-")
     port = free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp}
@@ -62,7 +63,7 @@ def private_ray_cluster(resources: dict[str, float]) -> Iterator[dict]:
         [
             "--head",
             f"--port={port}",
-            "--num-cpus=1",
+            f"--num-cpus={head_cpus}",
             f"--temp-dir={temp}",
             "--include-dashboard=false",
         ],

@@ -33,7 +33,9 @@ def ray_cluster():
         yield cluster
 
 
-def _sweep(tmp_path: Path, cluster: dict, *args: str) -> subprocess.CompletedProcess:
+def _sweep(
+    tmp_path: Path, cluster: dict, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
     env = {**cluster["env"], "ARCHSEARCH_SYNTHETIC_SLEEP": "0.5"}
     cmd = [
         str(BIN / "archsearch"),
@@ -43,7 +45,9 @@ def _sweep(tmp_path: Path, cluster: dict, *args: str) -> subprocess.CompletedPro
         f"ray.address={cluster['address']}",
         *args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path
+    )
 
 
 def test_cluster_sweep_runs_on_both_nodes_and_lands_in_postgresql(tmp_path, postgres, ray_cluster):
@@ -92,6 +96,34 @@ def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_clust
         assert measured["runtime"] == "onnxruntime"
         assert measured["decode_ms"] > 0 and measured["ttft_ms"] > 0
         assert r.values[1] == pytest.approx(measured["decode_ms"])  # the latency objective
+
+
+def test_trials_training_on_the_measuring_node_do_not_deadlock_their_measurement(tmp_path):
+    """The head has no CPU, so every trial trains on the one node that measures, and each
+    trial's measurement queues for the CPU its own trial holds. Tune tells the recorder a trial
+    ended before it frees the trial's worker: a recorder that waited there hung for good."""
+    with private_ray_cluster({"edge": 1}, head_cpus=0) as cluster:
+        res = _sweep(
+            tmp_path,
+            cluster,
+            "trials=2",
+            "concurrency=1",
+            "trainable=archsearch.sweep.testing:synthetic",
+            "early_stopping=none",
+            "latency.mode=measured",
+            "latency.resource=edge",
+            "latency.repeats=2",
+            timeout=240,  # it takes about 35 s; the deadlock it guards against never ends
+        )
+        assert res.returncode == 0, res.stderr
+        study = optuna.load_study(
+            study_name="tiny", storage=f"sqlite:///{tmp_path / 'run' / 'study.db'}"
+        )
+        trained = [r for r in records(study) if r.status == "trained"]
+        assert len(trained) == 2
+        for r in trained:
+            assert r.attrs["node"] == r.attrs["measured_latency"]["node"] == cluster["edge"]
+            assert r.values[1] == pytest.approx(r.attrs["measured_latency"]["decode_ms"])
 
 
 def test_an_unknown_resource_is_a_one_line_error(tmp_path, ray_cluster):

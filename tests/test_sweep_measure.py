@@ -7,8 +7,13 @@ measurement takes longer than the heartbeat's grace stays live while the sweep w
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import optuna
 import pytest
 
 from archsearch.cli import main
@@ -16,7 +21,7 @@ from archsearch.space import load_space, sample
 from archsearch.study import Status, StudyMeta, StudyWriter, open_storage, records
 from archsearch.sweep.drivers import live_trials
 from archsearch.sweep.measure import measure_latency
-from archsearch.sweep.recorder import record_end
+from archsearch.sweep.recorder import record_end, record_measured, trial_ended
 from archsearch.sweep.state import Launched, SweepState
 
 TINY = {
@@ -28,6 +33,7 @@ TINY = {
     "ffn": {"kind": "swiglu", "d_ffn": 64},
 }
 SETTINGS = {"prompt": 8, "context": 16, "generate": 4}
+EXE = str(Path(sys.executable).with_name("archsearch"))
 
 
 def test_a_model_is_timed_in_executorch_or_says_why_not():
@@ -105,6 +111,63 @@ def test_a_measured_latency_is_the_trials_objective(tmp_path, monkeypatch):
     (rec,) = records(state.writer.study)
     assert rec.status == Status.TRAINED.value
     assert rec.values == [2.5, 0.25]
+
+
+def test_a_trial_ended_before_its_measurement_is_recorded_once_it_is_in(tmp_path, monkeypatch):
+    """Tune says a trial ended before it frees the trial's CPUs; the recorder does not wait
+    there (a device may take minutes) but keeps the trial live and records it when the
+    measurement is in."""
+    import ray
+
+    state, launched = _state(tmp_path)
+    times = {"runtime": "torch", "ttft_ms": 3.0, "decode_ms": 0.25, "e2e_ms": 4.0}
+    done: list[str] = []
+    monkeypatch.setattr(
+        ray, "wait", lambda refs, **kw: ([r for r in refs if done], [r for r in refs if not done])
+    )
+    monkeypatch.setattr(ray, "get", lambda ref: times)
+    trial_ended(state, "t1", _final(2.5), None)
+    record_measured(state)  # nothing in yet
+    assert live_trials(state) == [launched.optuna_trial.number]
+    assert [r.status for r in records(state.writer.study)] == ["running"]
+    done.append("the Ray task")
+    record_measured(state)
+    assert state.awaiting_measurement == {} and live_trials(state) == []
+    (rec,) = records(state.writer.study)
+    assert rec.status == Status.TRAINED.value and rec.values == [2.5, 0.25]
+
+
+def test_a_sweep_measures_on_one_cpu_that_its_trial_holds(tmp_path):
+    """A local Ray of one CPU: every trial holds it while its latency waits to be measured
+    (a measurement that needed a CPU of Ray's waited for ever on its own trial)."""
+    run_dir = tmp_path / "run"
+    res = subprocess.run(
+        [
+            EXE,
+            "sweep",
+            f"run_dir={run_dir}",
+            "format=json",
+            "trials=2",
+            "concurrency=1",
+            "ray.num_cpus=1",
+            "trainable=archsearch.sweep.testing:synthetic",
+            "early_stopping=none",
+            "latency.mode=measured",
+            "latency.repeats=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,  # about 30 s; the deadlock it guards against never ended
+        cwd=tmp_path,
+        env={**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.02"},
+    )
+    assert res.returncode == 0, res.stderr
+    recs = records(optuna.load_study(study_name="tiny", storage=f"sqlite:///{run_dir}/study.db"))
+    trained = [r for r in recs if r.status == "trained"]
+    assert len(trained) == 2 and not [r for r in recs if r.state == "RUNNING"]
+    for r in trained:
+        measured = r.attrs["measured_latency"]
+        assert measured["decode_ms"] > 0 and r.values[1] == pytest.approx(measured["decode_ms"])
 
 
 def test_predicted_latency_in_a_runtime_the_profile_was_not_calibrated_in_is_refused(

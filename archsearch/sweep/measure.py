@@ -5,7 +5,8 @@ model (timed as calibration times whole models) in a Ray task, in `latency.runti
 eager, or exported to ONNX Runtime or ExecuTorch (`archsearch.runtimes`). A candidate that does
 not run there is measured as `{"not_measured": reason}` (one line), which fails its trial with
 that reason. With `latency.resource=NAME` the task runs only on nodes that advertise the custom
-resource NAME (e.g. a Raspberry Pi joined with `ray start --address=... --resources='{"rpi5": 1}'`).
+resource NAME (e.g. a Raspberry Pi joined with `ray start --address=... --resources='{"rpi5": 1}'`),
+one at a time on each (`remote_measurer`).
 """
 
 from __future__ import annotations
@@ -66,26 +67,38 @@ def latency_settings(space: SearchSpace) -> dict[str, int]:
     return settings
 
 
+class Measurer:
+    """Times candidates one after another (a Ray actor: its calls run in order)."""
+
+    def measure(self, *args: Any) -> dict[str, Any]:
+        return measure_latency(*args)
+
+
 def remote_measurer(
     space: SearchSpace, device: str, resource: str | None, repeats: int, runtime: str = "torch"
 ):
-    """A function arch_dict -> ObjectRef of `measure_latency` in `runtime`, placed by
-    `resource`."""
+    """A function arch_dict -> ObjectRef of `measure_latency` in `runtime`.
+
+    A measurement holds no CPU slot of Ray's: a trial may hold every CPU of the node that
+    measures it, and Tune frees a trial's CPUs only after it has told the sweep the trial ended,
+    so a measurement queued for one would wait on its own trial. It runs one at a time instead:
+    with `resource`, as a task holding all of that resource a node advertises (so never beside
+    another measurement or a calibration there; several such nodes measure in parallel);
+    without, in one actor of the sweep's."""
     import ray
 
-    task = ray.remote(measure_latency)
-    options: dict[str, Any] = {"num_cpus": 1}
-    if resource:
-        options["resources"] = {resource: 0.001}
-        nodes = [n for n in ray.nodes() if n.get("Alive") and resource in n.get("Resources", {})]
-        if not nodes:
-            from archsearch.errors import UserError
-
-            raise UserError(
-                f"no node of the Ray cluster advertises the resource {resource!r}",
-                key="latency.resource",
-            )
     settings = latency_settings(space)
-    return lambda arch_dict: task.options(**options).remote(
-        arch_dict, settings, repeats, 1, runtime
-    )
+    if not resource:
+        measurer = ray.remote(num_cpus=0)(Measurer).remote()
+        return lambda arch_dict: measurer.measure.remote(arch_dict, settings, repeats, 1, runtime)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and resource in n.get("Resources", {})]
+    if not nodes:
+        from archsearch.errors import UserError
+
+        raise UserError(
+            f"no node of the Ray cluster advertises the resource {resource!r}",
+            key="latency.resource",
+        )
+    amount = min(n["Resources"][resource] for n in nodes)
+    task = ray.remote(measure_latency).options(num_cpus=0, resources={resource: amount})
+    return lambda arch_dict: task.remote(arch_dict, settings, repeats, 1, runtime)

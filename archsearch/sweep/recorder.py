@@ -26,7 +26,9 @@ __all__ = [
     "error_text",
     "record_end",
     "record_intermediate",
+    "record_measured",
     "result_attrs",
+    "trial_ended",
 ]
 
 BUDGET_KEYS = ("budget", "tokens", "flops", "steps", "fraction", "flops_per_token")
@@ -41,12 +43,44 @@ def create_recorder(state: SweepState):
             record_intermediate(state, trial.trial_id, result)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            record_end(state, trial.trial_id, trial.last_result or {}, error=None)
+            trial_ended(state, trial.trial_id, trial.last_result or {}, error=None)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            record_end(state, trial.trial_id, trial.last_result or {}, error=error_text(trial))
+            trial_ended(state, trial.trial_id, trial.last_result or {}, error=error_text(trial))
+
+        def on_step_end(self, iteration, trials, **info):
+            record_measured(state)
 
     return StudyRecorder()
+
+
+def trial_ended(state: SweepState, tune_id: str, result: dict[str, Any], error: str | None) -> None:
+    """Record a trial Tune has ended; or, while its latency is still being measured (a device
+    may take minutes), keep it until `record_measured` finds the measurement in, so Tune goes
+    on with the other trials meanwhile. The trial stays live in the study until then."""
+    launched = state.by_tune_id.get(tune_id)
+    if launched is not None and launched.measure_ref is not None:
+        import ray
+
+        ready, _ = ray.wait([launched.measure_ref], timeout=0)
+        if not ready:
+            state.awaiting_measurement[tune_id] = (result, error)
+            return
+    record_end(state, tune_id, result, error)
+
+
+def record_measured(state: SweepState, wait: bool = False) -> None:
+    """Record the ended trials whose latency measurement is in; with `wait`, all of them."""
+    if not state.awaiting_measurement:
+        return
+    import ray
+
+    refs = {state.by_tune_id[t].measure_ref: t for t in state.awaiting_measurement}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=None if wait else 0)
+    for ref in ready:
+        tune_id = refs[ref]
+        result, error = state.awaiting_measurement.pop(tune_id)
+        record_end(state, tune_id, result, error)
 
 
 def error_text(trial) -> str:
@@ -110,7 +144,7 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
         state.stop_reasons.pop(tune_id, None)
         return
     measured, measure_error = None, None
-    if launched.measure_ref is not None:  # waited for while the trial is live: it keeps beating
+    if launched.measure_ref is not None:  # in by now (`trial_ended`), or waited for here
         import ray
 
         try:

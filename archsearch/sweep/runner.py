@@ -19,6 +19,7 @@ import math
 import random
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from archsearch.sweep.drivers import (
 )
 from archsearch.sweep.pricing import assess
 from archsearch.sweep.ray_runtime import contain_ray, ray_session, tuner
-from archsearch.sweep.recorder import create_recorder
+from archsearch.sweep.recorder import create_recorder, record_measured
 from archsearch.sweep.reference import study_reference
 from archsearch.sweep.retrain import (
     DRIVER_CPUS,
@@ -412,6 +413,8 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             if not ctrl_c.interrupted(err):
                 raise
             interrupted = True
+        if not interrupted:  # trials Tune ended whose latency was still being measured
+            record_measured(state, wait=True)
         sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
         settle_duplicates(state)
         _finish_stragglers(state, again=interrupted)
@@ -500,7 +503,9 @@ def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, 
         resources,
         name="tune",
         run_dir=state.run_dir,
-        search_alg=create_searcher(state),
+        # Tune asks the searcher every second even with no trial live: a measurement that comes
+        # in then is recorded there (the recorder's `on_step_end` is not called meanwhile)
+        search_alg=create_searcher(state, before_suggest=partial(record_measured, state)),
         scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals, state),
         num_samples=-1,
         concurrency=cfg.concurrency,

@@ -13,6 +13,7 @@ Tune.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 
 from archsearch.space import suggest
@@ -26,12 +27,15 @@ __all__ = ["create_searcher", "next_candidate", "settle_duplicates"]
 SKIP_LIMIT = 500  # consecutive untrainable suggestions before the space counts as exhausted
 
 
-def create_searcher(state: SweepState):
-    """The Tune `Searcher` of a sweep (Ray is imported only when a sweep runs)."""
+def create_searcher(state: SweepState, before_suggest: Callable[[], None] | None = None):
+    """The Tune `Searcher` of a sweep (Ray is imported only when a sweep runs);
+    `before_suggest` runs first at every suggestion."""
     from ray.tune.search import Searcher
 
     class ArchSearcher(Searcher):
         def suggest(self, trial_id: str):
+            if before_suggest is not None:
+                before_suggest()
             return next_candidate(state, trial_id)
 
         def on_trial_complete(self, trial_id, result=None, error=False):

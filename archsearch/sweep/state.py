@@ -54,6 +54,8 @@ class SweepState:
     es_metric: str | None = None
     stop_reasons: dict[str, str] = field(default_factory=dict)  # tune id -> why a rule stopped it
     measure: Any = None  # callable(arch_dict) -> ObjectRef, for latency.mode=measured
+    # trials Tune has ended whose latency is still being measured: tune id -> (result, error)
+    awaiting_measurement: dict[str, tuple[dict[str, Any], str | None]] = field(default_factory=dict)
     placement: dict[str, Any] = field(default_factory=dict)  # workers, cpus, gpus per worker
     on_change: Any = None  # progress callback: on_change(state, event, launched)
     started: float = field(default_factory=time.time)
