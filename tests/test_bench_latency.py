@@ -207,8 +207,9 @@ def _saved_runs(tmp_path: Path, scales: list[float]) -> list[str]:
 
 def test_the_ceiling_reads_the_profiles_as_the_accuracy_benchmark_does(tmp_path, monkeypatch):
     """Five saved runs (the last 30% slower), priced on `local` and `rpi5` and their ensemble:
-    the profiles' figures per run are the accuracy benchmark's own (`summary` of its
-    `predict`); the ceiling misses only the slow run, which it meets at that run's speed."""
+    the profiles' figures per run, and against the typical times, are the accuracy benchmark's
+    own (`summary` of its `predict`); the ceiling misses only the slow run, which it meets at
+    that run's speed."""
     paths = _saved_runs(tmp_path, [1.0, 1.01, 1.02, 1.03, 1.3])
     out = tmp_path / "ceiling.json"
     argv = ["x", "--runs", *paths, "--device", "local", "rpi5", "--ensemble", "--out", str(out)]
@@ -226,18 +227,49 @@ def test_the_ceiling_reads_the_profiles_as_the_accuracy_benchmark_does(tmp_path,
         want = bench.summary(rows, "decode")
         assert got["within_10"] == want["within_10"]
         assert abs(got["mape_percent"] - want["mape_percent"]) < 1e-9
+    # against the typical times (the median run here: 1.02 x), as the benchmark reads that run
+    rows = json.loads(Path(paths[2]).read_text())["rows"]
+    for row in rows:
+        bench.predict(row, archs[row["summary"]], local)
+    for q in ("ttft", "decode"):
+        typical, want = result["devices"]["local"][q]["typical"], bench.summary(rows, q)
+        assert typical["within_10"] == want["within_10"]
+        assert typical["bias_percent_by_family"] == pytest.approx(want["bias_percent_by_family"])
+        errors = [r[f"{q}_pred_ms"] / r[f"{q}_ms"] - 1 for r in rows]
+        outside = [100 * e for e in errors if abs(e) > 0.10]
+        got = [o["error_percent"] for o in typical["outside_10"]]
+        assert got == pytest.approx(sorted(outside, key=lambda e: -abs(e)))
     assert set(result["devices"]) == {"local", "rpi5", "ensemble of 2"}
     c = result["ceiling"]["ttft"]
     assert [r["within_10"] for r in c["per_run"]] == [1.0, 1.0, 1.0, 1.0, 0.0]
     assert c["at_run_speed"]["within_5"] == 1.0
 
 
-@pytest.mark.parametrize("case", ["two runs", "other rows", "one device ensemble"])
+def test_every_ensemble_of_k_profiles_is_read_against_the_typical_times():
+    """Three profiles: exact, 20% slow, 20% fast. Alone only the exact one meets the targets;
+    of the pairs only slow + fast (2% fast: the exact + slow pair is biased +9.5%, the exact +
+    fast pair misses by 10.6%); all three together (1.4% fast) meet them."""
+    rows = [
+        dict(family=f, summary=a.summary(), prompt=p, context=c, batch=b)
+        for f, a, (p, c, b) in bench.cases(3)
+    ]
+    typical = np.random.default_rng(1).uniform(1, 30, len(rows))
+    profiles = [typical, 1.2 * typical, 0.8 * typical]
+    met = {k: ceiling.subsets(typical, profiles, k, rows)["meet_targets"] for k in (1, 2, 3)}
+    assert met == pytest.approx({1: 1 / 3, 2: 1 / 3, 3: 1.0})
+    pairs = ceiling.subsets(typical, profiles, 2, rows)
+    assert pairs["ensembles"] == 3 and pairs["within_10_least"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "case", ["two runs", "other rows", "one device ensemble", "subsets beyond the profiles"]
+)
 def test_bad_ceiling_arguments_exit_2_before_anything_is_priced(
     tmp_path, monkeypatch, capsys, case
 ):
-    """Fewer than three runs, a run of other architectures, an ensemble of one profile: one
-    line on stderr naming what is wrong, exit 2, nothing written."""
+    """Fewer than three runs, a run of other architectures, an ensemble of one profile, more
+    profiles to a subset than were named: one line on stderr naming what is wrong, exit 2,
+    nothing written."""
     paths = _saved_runs(tmp_path, [1.0, 1.1, 1.2])
     args = ["--runs", *paths]
     if case == "two runs":
@@ -246,15 +278,21 @@ def test_bad_ceiling_arguments_exit_2_before_anything_is_priced(
         saved = json.loads(Path(paths[2]).read_text())
         saved["rows"] = saved["rows"][1:]
         Path(paths[2]).write_text(json.dumps(saved))
-    else:
+    elif case == "one device ensemble":
         args += ["--device", "local", "--ensemble"]
+    else:
+        args += ["--device", "local", "rpi5", "--subsets", "3"]
     out = tmp_path / "ceiling.json"
     monkeypatch.setattr(sys, "argv", ["x", *args, "--out", str(out)])
     with pytest.raises(SystemExit) as exit_:
         ceiling.main()
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert {"two runs": "at least three", "other rows": paths[2], "one device ensemble": "two"}[
-        case
-    ] in err
+    want = {
+        "two runs": "at least three",
+        "other rows": paths[2],
+        "one device ensemble": "two",
+        "subsets beyond the profiles": "--subsets: between 1 and the 2 --device profiles",
+    }
+    assert want[case] in err
     assert not out.exists()
