@@ -204,11 +204,16 @@ def summary(rows: list[dict], q: str, drift: float | None = None) -> dict:
             "within_10": float(np.mean(np.abs(moved) <= 0.10)),
             "mape_percent": float(100 * np.mean(np.abs(moved))),
         }
-    fams = sorted({r["family"] for r in rows})
-    out["bias_percent_by_family"] = {
-        f: float(100 * np.mean([e for e, r in zip(err, rows) if r["family"] == f])) for f in fams
-    }
+    out["bias_percent_by_family"] = bias_by_family(err, [r["family"] for r in rows])
     return out
+
+
+def bias_by_family(err: np.ndarray, families: list[str]) -> dict[str, float]:
+    """The mean signed relative error (%) of each family's predictions."""
+    return {
+        f: float(100 * np.mean([e for e, g in zip(err, families) if g == f]))
+        for f in sorted(set(families))
+    }
 
 
 def figures(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:

@@ -45,7 +45,7 @@ import numpy as np
 from archsearch.cost.devices import load_device
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency_accuracy import cases, figures, predict
+from bench_latency_accuracy import bias_by_family, cases, figures, predict
 
 QUANTITIES = ("ttft", "decode")
 
@@ -71,14 +71,10 @@ def against_typical(typical: np.ndarray, predicted: np.ndarray, rows: list[dict]
     for their family and name): the five figures, the bias per family (mean signed relative
     error, %) and the architectures outside +-10% (largest error first)."""
     err = predicted / typical - 1
-    families = sorted({r["family"] for r in rows})
     outside = sorted(np.flatnonzero(np.abs(err) > 0.10), key=lambda j: -abs(err[j]))
     return {
         **figures(typical, predicted),
-        "bias_percent_by_family": {
-            f: float(100 * np.mean([e for e, r in zip(err, rows) if r["family"] == f]))
-            for f in families
-        },
+        "bias_percent_by_family": bias_by_family(err, [r["family"] for r in rows]),
         "outside_10": [
             {
                 **{k: rows[j][k] for k in ("summary", "prompt", "context", "batch")},
