@@ -649,6 +649,31 @@ def heavy_commands_composed_only(monkeypatch):
         monkeypatch.setitem(COMMANDS, name, stub)
 
 
+@pytest.mark.parametrize(
+    "override",
+    [
+        "calibrate runtime=${oc.env:AS_SECRET}",  # an enum: a traceback once
+        "calibrate threads=${oc.env:AS_SECRET}",
+        "calibrate name=${oc.env:AS_SECRET}",  # a string: read silently once
+        "sweep run_dir=/tmp/${oc.env:AS_SECRET}/run",
+        "sweep ray.address=[${oc.env:AS_SECRET}]",
+    ],
+)
+def test_an_interpolation_on_the_command_line_is_refused_not_resolved(
+    override, heavy_commands_composed_only, monkeypatch, capsys
+):
+    """OmegaConf would resolve `${oc.env:...}` in an override: read the environment because
+    the input asked it to. Values on the command line are literal: one line, exit 2."""
+    monkeypatch.setenv("AS_SECRET", "leaked")
+    command, text = override.split(" ", 1)
+    code = main([command, text])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    key = text.split("=", 1)[0]
+    assert err.startswith(f"archsearch: error: {key}: ") and "holds an interpolation" in err
+    assert "leaked" not in err
+
+
 @settings(
     max_examples=60,
     deadline=None,

@@ -109,9 +109,15 @@ def compose(name: str, overrides: list[str]) -> Any:
                 f"{text!r}: keys cannot be added or removed; set a known key "
                 "with key=value (see --help)"
             )
-        if not _KEY.fullmatch(text.split("=", 1)[0]):
+        key, value = text.split("=", 1)
+        if not _KEY.fullmatch(key):
             raise UserError(
                 f"expected key=value with a key such as n or ray.address, got {text!r} (see --help)"
+            )
+        if "${" in value:  # OmegaConf would resolve it: read an environment variable, say
+            raise UserError(
+                f"{value!r} holds an interpolation; values on the command line are taken literally",
+                key=key,
             )
     _register_schemas()
     schema = schemas.SCHEMAS[name]
