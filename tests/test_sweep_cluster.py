@@ -71,31 +71,41 @@ def test_cluster_sweep_runs_on_both_nodes_and_lands_in_postgresql(tmp_path, post
     assert not (tmp_path / "run" / "study.db").exists()  # nothing went to SQLite
 
 
-def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_cluster):
+def _measured_sweep(tmp_path: Path, cluster: dict, trials: int, *args: str, timeout: float = 600):
+    """A sweep of `trials` synthetic trials, one at a time, each one's latency measured on the
+    node that advertises `edge`; its fully trained records, after checking it succeeded."""
     res = _sweep(
         tmp_path,
-        ray_cluster,
-        "trials=3",
+        cluster,
+        f"trials={trials}",
         "concurrency=1",
         "trainable=archsearch.sweep.testing:synthetic",
         "early_stopping=none",
         "latency.mode=measured",
         "latency.resource=edge",
         "latency.repeats=2",
-        "latency.runtime=onnxruntime",  # exported and timed in the deploy runtime, there
+        *args,
+        timeout=timeout,
     )
     assert res.returncode == 0, res.stderr
     study = optuna.load_study(
         study_name="tiny", storage=f"sqlite:///{tmp_path / 'run' / 'study.db'}"
     )
     trained = [r for r in records(study) if r.status == "trained"]
-    assert len(trained) == 3
+    assert len(trained) == trials
+    for r in trained:  # the latency objective is the measurement
+        assert r.values[1] == pytest.approx(r.attrs["measured_latency"]["decode_ms"])
+    return trained
+
+
+def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_cluster):
+    # exported and timed in the deploy runtime, there
+    trained = _measured_sweep(tmp_path, ray_cluster, 3, "latency.runtime=onnxruntime")
     for r in trained:
         measured = r.attrs["measured_latency"]
         assert measured["node"] == ray_cluster["edge"]
         assert measured["runtime"] == "onnxruntime"
         assert measured["decode_ms"] > 0 and measured["ttft_ms"] > 0
-        assert r.values[1] == pytest.approx(measured["decode_ms"])  # the latency objective
 
 
 def test_trials_training_on_the_measuring_node_do_not_deadlock_their_measurement(tmp_path):
@@ -103,27 +113,10 @@ def test_trials_training_on_the_measuring_node_do_not_deadlock_their_measurement
     trial's measurement queues for the CPU its own trial holds. Tune tells the recorder a trial
     ended before it frees the trial's worker: a recorder that waited there hung for good."""
     with private_ray_cluster({"edge": 1}, head_cpus=0) as cluster:
-        res = _sweep(
-            tmp_path,
-            cluster,
-            "trials=2",
-            "concurrency=1",
-            "trainable=archsearch.sweep.testing:synthetic",
-            "early_stopping=none",
-            "latency.mode=measured",
-            "latency.resource=edge",
-            "latency.repeats=2",
-            timeout=240,  # it takes about 35 s; the deadlock it guards against never ends
-        )
-        assert res.returncode == 0, res.stderr
-        study = optuna.load_study(
-            study_name="tiny", storage=f"sqlite:///{tmp_path / 'run' / 'study.db'}"
-        )
-        trained = [r for r in records(study) if r.status == "trained"]
-        assert len(trained) == 2
+        # it takes about 35 s; the deadlock it guards against never ends
+        trained = _measured_sweep(tmp_path, cluster, 2, timeout=240)
         for r in trained:
             assert r.attrs["node"] == r.attrs["measured_latency"]["node"] == cluster["edge"]
-            assert r.values[1] == pytest.approx(r.attrs["measured_latency"]["decode_ms"])
 
 
 def test_an_unknown_resource_is_a_one_line_error(tmp_path, ray_cluster):

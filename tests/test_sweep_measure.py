@@ -7,14 +7,10 @@ measurement takes longer than the heartbeat's grace stays live while the sweep w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import optuna
 import pytest
+from test_sweep import study_of, sweep
 
 from archsearch.cli import main
 from archsearch.space import load_space, sample
@@ -33,7 +29,6 @@ TINY = {
     "ffn": {"kind": "swiglu", "d_ffn": 64},
 }
 SETTINGS = {"prompt": 8, "context": 16, "generate": 4}
-EXE = str(Path(sys.executable).with_name("archsearch"))
 
 
 def test_a_model_is_timed_in_executorch_or_says_why_not():
@@ -140,29 +135,19 @@ def test_a_trial_ended_before_its_measurement_is_recorded_once_it_is_in(tmp_path
 def test_a_sweep_measures_on_one_cpu_that_its_trial_holds(tmp_path):
     """A local Ray of one CPU: every trial holds it while its latency waits to be measured
     (a measurement that needed a CPU of Ray's waited for ever on its own trial)."""
-    run_dir = tmp_path / "run"
-    res = subprocess.run(
-        [
-            EXE,
-            "sweep",
-            f"run_dir={run_dir}",
-            "format=json",
-            "trials=2",
-            "concurrency=1",
-            "ray.num_cpus=1",
-            "trainable=archsearch.sweep.testing:synthetic",
-            "early_stopping=none",
-            "latency.mode=measured",
-            "latency.repeats=2",
-        ],
-        capture_output=True,
-        text=True,
+    res = sweep(
+        tmp_path,
+        "trials=2",
+        "concurrency=1",
+        "ray.num_cpus=1",
+        "trainable=archsearch.sweep.testing:synthetic",
+        "early_stopping=none",
+        "latency.mode=measured",
+        "latency.repeats=2",
         timeout=240,  # about 30 s; the deadlock it guards against never ended
-        cwd=tmp_path,
-        env={**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.02"},
     )
     assert res.returncode == 0, res.stderr
-    recs = records(optuna.load_study(study_name="tiny", storage=f"sqlite:///{run_dir}/study.db"))
+    recs = records(study_of(tmp_path / "run"))
     trained = [r for r in recs if r.status == "trained"]
     assert len(trained) == 2 and not [r for r in recs if r.state == "RUNNING"]
     for r in trained:
