@@ -350,6 +350,7 @@ OVERRIDES = [
     cli("prune-device-list", "prune", "device=[rpi5]", must=("device",)),
     cli("cost-context-overflow", "cost", "arch=tiny_gqa", "context=1e999", must=("context",)),
     cli("calibrate-threads-mapping", "calibrate", "threads={a:1}", must=("threads",)),
+    cli("calibrate-unknown-budget", "calibrate", "budget=huge", must=("budget",)),
     cli("pareto-axis-list", "pareto", "study={study}", "x=[val_loss]", must=("x",)),
     cli("export-trial-list", "export", "study={study}", "trial=[0]", must=("trial",)),
     cli("dashboard-port", "dashboard", "study={study}", "port=99999999", must=("port",)),

@@ -1064,3 +1064,53 @@ def test_the_mixer_grids_reach_mamba2s_own_head_count_at_every_width(width):
         index = {knob: 0 for knob in grid} | {"d": width, "H": h}
         timed.add(int(shape_rows(Shape("mamba2.forward", tuple(index.items())))[1].lH[0]))
     assert own.linear.n_heads == d // 32 and own.linear.n_heads in timed
+
+
+def test_a_calibration_times_its_budget_of_kernel_shapes_and_builds(
+    monkeypatch,
+):
+    """What a calibration times within its budget (`calibrate budget=`), every timing replaced
+    by a made-up one (no clock): each kernel about `_budget(kernel, samples)` shapes, each in
+    the budget's kernel builds; the glue models in its glue builds, and the held-out ones,
+    whose errors are the profile's `validation`, in three whatever the budget."""
+    from archsearch.cost import kernel_fit
+    from archsearch.cost import kernel_timing as timing
+
+    shapes: dict[str, list] = {}
+    builds: list[int] = []
+    models: list[tuple[ArchConfig, int]] = []
+
+    def time_shape(shape, runtime, repeats, min_time, n_builds=1):
+        shapes.setdefault(shape.kernel, []).append(shape)
+        builds.append(n_builds)
+        size = sum(v for v in shape.values().values() if isinstance(v, int | float))
+        return 1e-5 * (1 + size / 1e3)
+
+    def time_model(arch, runtime, prompt, context, repeats, min_time, batch, instances, *_):
+        models.append((arch, instances))
+        work = arch.d_model * arch.n_layers * batch
+        return 1e-7 * work * prompt, 2e-7 * work
+
+    monkeypatch.setattr(timing, "time_shape", time_shape)
+    monkeypatch.setattr(timing, "time_model", time_model)
+    monkeypatch.setattr(timing, "dispatch_seconds", lambda runtime, repeats: 2e-6)
+    monkeypatch.setattr(timing, "memory_seconds", lambda n, repeats, t: 1e-6 + n / 2e10)
+    monkeypatch.setattr(
+        timing, "pass_stalls", lambda n, rows, repeats, t: [n / 4e10] * (len(rows) + 1)
+    )
+    roofline = dataclasses.replace(load_device("local"), kernels=None)
+    budget = kernel_fit.Budget(samples=6, kernel_builds=2, glue_builds=4)
+    out = kernel_fit.fit_kernels(roofline, budget=budget)
+
+    assert set(builds) == {budget.kernel_builds}
+    for kernel in KERNELS:
+        most = _budget(kernel, budget.samples)
+        timed = set(shapes[kernel])
+        assert most // 2 <= len(timed) <= most + most // 8 + 1, kernel
+        assert out["kernels"]["predictors"][kernel]["samples"] == len(timed)
+    glue, held_out = kernel_fit.glue_models(), kernel_fit.validation_models()
+    assert [a for a, _ in models] == [m.arch for m in glue + held_out]
+    assert [n for _, n in models] == [budget.glue_builds] * len(glue) + [3] * len(held_out)
+    assert out["validation"]["decode"]["n"] == len(held_out) + len(glue)
+
+    assert kernel_fit.BUDGETS["full"].samples > kernel_fit.BUDGETS["fast"].samples

@@ -352,6 +352,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     settings = {
         "threads": cfg.threads,
         "repeats": cfg.repeats,
+        "budget": str(cfg.budget),
         "quick": cfg.quick,
         "runtime": str(cfg.runtime),
     }

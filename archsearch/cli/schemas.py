@@ -26,6 +26,7 @@ class Format(Choice):
 
 
 InferencePrecision = Choice.of("InferencePrecision", PRECISIONS, module=__name__)
+CalibrationBudget = Choice.of("CalibrationBudget", ("full", "fast"), module=__name__)
 
 
 @dataclass
@@ -100,6 +101,7 @@ class CalibrateConfig:
     threads: int = MISSING
     runtime: Runtime = MISSING
     repeats: int = MISSING
+    budget: CalibrationBudget = MISSING
     quick: bool = MISSING
     output: str | None = MISSING
     name: str | None = MISSING

@@ -30,6 +30,9 @@ bf16, and checked on the held-out models timed in bf16 and predicted at fp16
 (`precisions`); q8 and q4, which no runtime here executes, have none (their latencies show
 +-?).
 
+How much is timed is the calibration's `budget` (`kernel_fit.BUDGETS`: `full`, or `fast`
+in half the time).
+
 The profile is written with a source line for every figure (the CPU model, the date, the
 thread count), and `prefill_logits: all` because archsearch's own prefill computes the logits
 of every prompt position.
@@ -383,14 +386,15 @@ def calibrate(
     quick: bool = False,
     progress: Callable[[int, int, str], None] | None = None,
     runtime: str = "torch",
+    budget: str = "full",
 ) -> dict[str, Any]:
     """Measure this machine; returns the `local` profile as a mapping (and the raw data);
     `progress(done, total, step)` after each measurement. The kernel predictor is timed in
-    `runtime` (`archsearch.runtimes`)."""
+    `runtime` (`archsearch.runtimes`) within `budget` (`kernel_fit.BUDGETS`: `full` or `fast`)."""
     import torch
 
     from archsearch.cost.devices import parse_device
-    from archsearch.cost.kernel_fit import fit_kernels, kernel_steps
+    from archsearch.cost.kernel_fit import BUDGETS, fit_kernels, kernel_steps
 
     torch.set_num_threads(threads)
     if quick:
@@ -401,7 +405,7 @@ def calibrate(
         + 2
         + 2 * len(reference_models())
         + 3
-        + kernel_steps(quick, checks=1)
+        + kernel_steps(quick, BUDGETS[budget].samples, checks=1)
     )
     done = 0
 
@@ -497,6 +501,7 @@ def calibrate(
         threads=threads,
         repeats=repeats,
         quick=quick,
+        budget=BUDGETS[budget],
         cpu=cpu_name(),
         step=step,
     )

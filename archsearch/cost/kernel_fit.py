@@ -105,6 +105,29 @@ __all__ = [
 QUICK_KERNELS = ("gemm", "norm", "residual", "embedding", "ffn", "gqa.forward", "gqa.step")
 GLUE_PROMPT = GLUE_CONTEXT = 128
 TREES = dict(trees=100, depth=3, rate=0.1, min_leaf=3)  # each kernel's correction
+
+
+class Budget(NamedTuple):
+    """How much a calibration times (`archsearch calibrate budget=`): shapes per kernel
+    (`_budget`: gemm, the decode steps and the kernels drawn at decode rows twice as many),
+    builds of each kernel shape and of each glue model (the least over them); the held-out
+    models, whose errors are the profile's `validation`, are timed in three builds either way,
+    and the `precision_check` models in one."""
+
+    samples: int
+    kernel_builds: int
+    glue_builds: int
+
+
+BUDGETS = {"full": Budget(128, 2, 3), "fast": Budget(64, 1, 2)}
+"""`full`, the default, and `fast`, half the time. Measured on this project's 2-vCPU Xeon VM
+(480 MiB of L3) on 2026-11-28, one calibration of each, each benchmark run's timings priced
+on both (`bench_latency_accuracy.py --rescore`): `full` took 17 min 19 s (kernels 8.5 min, glue
+models 4 min) and `fast` 8 min 24 s (2 min 9 s, 2 min 46 s); on the run timed right after
+`full`, TTFT / decode within +-10% 92% / 69% (`full`) and 79% / 58% (`fast`), and on the one
+timed after `fast` 62% / 77% and 83% / 54%: TTFT alike, decode 11-23 points worse, and `fast`'s
+held-out decode bound wider (+-32% against +-21%). Two builds of the same kernel shape there
+differed by 2% (median) and 7% (90th percentile) over 216 shapes."""
 SUSPECT = 1.25  # measured / fitted above which a shape is timed again
 VALIDATION_PROMPT, VALIDATION_CONTEXT = 192, 384
 SHARED_SCALES = tuple(float(s) for s in np.geomspace(0.35, 1.4, 13))
@@ -362,7 +385,7 @@ def _plan(quick: bool, samples: int) -> dict[str, Any]:
     )
 
 
-def kernel_steps(quick: bool, samples: int = 128, checks: int = 0) -> int:
+def kernel_steps(quick: bool, samples: int = BUDGETS["full"].samples, checks: int = 0) -> int:
     """Progress steps `fit_kernels` reports: dispatch, memory, GEMM passes, each kernel's every
     pass, each whole model timed, the model-level fit, the glue models left out of it (when
     there are `LEAVE_ONE_OUT`); and those of `checks` `precision_check`s. Steps of about a
@@ -849,8 +872,10 @@ def precision_check(
     left out, and the entry's `method` names it with the reason. Why the long setting: on this
     project's EPYC VM, bf16 decode steps of attention models after 1536-4096 tokens ran 2-3x
     slower than the fp16 roofline (torch's CPU attention in bf16), which the check at context
-    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps)."""
-    plan = _plan(quick, 128)
+    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps) Each model
+    is timed in one build, not the least of three: the roofline's error there (a bound of
+    +-36-70% on the Xeon VM) dwarfs a build's 2-7%, and it saves 80 s of a calibration."""
+    plan = _plan(quick, BUDGETS["full"].samples)
     covers = sorted(ALIKE.get(precision, {precision}))
     ran, raw, skipped = [], [], []
     held_out = validation_models()[: plan["validation"]]
@@ -859,7 +884,7 @@ def precision_check(
     for i, m in enumerate(models):
         try:
             measured = m.timed(
-                runtime, 1 if quick else repeats, plan["min_time"], 3, precision, plan["span"]
+                runtime, 1 if quick else repeats, plan["min_time"], 1, precision, plan["span"]
             )
         except RuntimeError as e:  # torch has no kernel for an op in that dtype here
             if m.context != LONG[1]:
@@ -921,7 +946,7 @@ def fit_kernels(
     threads: int = 1,
     repeats: int = 5,
     quick: bool = False,
-    samples: int = 128,
+    budget: Budget = BUDGETS["full"],
     cpu: str = "",
     seed: int = 0,
     step: Callable[[str], None] | None = None,
@@ -932,12 +957,12 @@ def fit_kernels(
     runtime), and the raw whole-model timings."""
     import torch
 
-    plan = _plan(quick, samples)
+    plan = _plan(quick, budget.samples)
     rng = random.Random(seed)
     reps = 1 if quick else repeats
-    # each shape's least over two builds of three repeats (one export per build in another
-    # runtime: one build of all the repeats there)
-    builds = 2 if runtime == "torch" and not quick else 1
+    # each shape the least over the budget's builds of three repeats each (one export per build
+    # in another runtime: one build of all the repeats there)
+    builds = budget.kernel_builds if runtime == "torch" and not quick else 1
     kernel_reps = max(1, math.ceil(reps * 3 / 5)) if builds > 1 else reps
 
     def note(text: str) -> None:
@@ -1001,20 +1026,22 @@ def fit_kernels(
         )
 
     def timed(
-        models: list[WholeModel], what: str
+        models: list[WholeModel], what: str, builds: int
     ) -> tuple[list[WholeModel], list[tuple[float, float]]]:
-        """(the models that run in the runtime, their timings)."""
+        """(the models that run in the runtime, their timings: the least over `builds`)."""
         ran, times = [], []
         for i, m in enumerate(models):
             try:
-                times.append(m.timed(runtime, reps, plan["min_time"], span=plan["span"]))
+                times.append(m.timed(runtime, reps, plan["min_time"], builds, span=plan["span"]))
                 ran.append(m)
             except ExportError:
                 pass
             note(f"{what}: whole model {i + 1} of {len(models)} ({m.arch.summary()})")
         return ran, times
 
-    glue_archs, glue_meas = timed(glue_models()[: plan["glue"]], "model-level terms")
+    glue_archs, glue_meas = timed(
+        glue_models()[: plan["glue"]], "model-level terms", budget.glue_builds
+    )
     glue_pred = [m.predicted(_with(device, kernels)) for m in glue_archs]
     inputs = _glue_inputs(_with(device, kernels), glue_archs, glue_meas, glue_pred)
     if glue_archs:  # else no whole model runs in the runtime: the kernels' sum and stalls
@@ -1026,7 +1053,7 @@ def fit_kernels(
         note(f"model-level terms fitted; {', '.join(skipped)}: not run in {runtime}, analytic kept")
     else:
         note("model-level terms fitted")
-    held_out, val_meas = timed(validation_models()[: plan["validation"]], "held-out models")
+    held_out, val_meas = timed(validation_models()[: plan["validation"]], "held-out models", 3)
     fitted = _with(device, kernels)
     val_pred = [m.predicted(fitted) for m in held_out]
     left_out = []
