@@ -88,7 +88,9 @@ from archsearch.cost.ops import Columns, Phase
 from archsearch.runtimes import ExportError
 
 __all__ = [
+    "BUDGETS",
     "QUICK_KERNELS",
+    "Budget",
     "KernelFit",
     "WholeModel",
     "fit_kernel",
@@ -872,7 +874,7 @@ def precision_check(
     left out, and the entry's `method` names it with the reason. Why the long setting: on this
     project's EPYC VM, bf16 decode steps of attention models after 1536-4096 tokens ran 2-3x
     slower than the fp16 roofline (torch's CPU attention in bf16), which the check at context
-    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps) Each model
+    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps). Each model
     is timed in one build, not the least of three: the roofline's error there (a bound of
     +-36-70% on the Xeon VM) dwarfs a build's 2-7%, and it saves 80 s of a calibration."""
     plan = _plan(quick, BUDGETS["full"].samples)
