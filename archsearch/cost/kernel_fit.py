@@ -89,6 +89,7 @@ from archsearch.runtimes import ExportError
 
 __all__ = [
     "BUDGETS",
+    "HELD_OUT_BUILDS",
     "QUICK_KERNELS",
     "Budget",
     "KernelFit",
@@ -113,14 +114,15 @@ class Budget(NamedTuple):
     """How much a calibration times (`archsearch calibrate budget=`): shapes per kernel
     (`_budget`: gemm, the decode steps and the kernels drawn at decode rows twice as many),
     builds of each kernel shape and of each glue model (the least over them); the held-out
-    models, whose errors are the profile's `validation`, are timed in three builds either way,
-    and the `precision_check` models in one."""
+    models, whose errors are the profile's `validation`, are timed in `HELD_OUT_BUILDS` whatever
+    the budget, and the `precision_check` models in one."""
 
     samples: int
     kernel_builds: int
     glue_builds: int
 
 
+HELD_OUT_BUILDS = 3  # builds of each held-out model, whatever the budget
 BUDGETS = {"full": Budget(128, 2, 3), "fast": Budget(64, 1, 2)}
 """`full`, the default, and `fast`, half the time. Measured on this project's 2-vCPU Xeon VM
 (480 MiB of L3) on 2026-11-28, one calibration of each, each benchmark run's timings priced
@@ -1055,7 +1057,9 @@ def fit_kernels(
         note(f"model-level terms fitted; {', '.join(skipped)}: not run in {runtime}, analytic kept")
     else:
         note("model-level terms fitted")
-    held_out, val_meas = timed(validation_models()[: plan["validation"]], "held-out models", 3)
+    held_out, val_meas = timed(
+        validation_models()[: plan["validation"]], "held-out models", HELD_OUT_BUILDS
+    )
     fitted = _with(device, kernels)
     val_pred = [m.predicted(fitted) for m in held_out]
     left_out = []
