@@ -648,10 +648,15 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
         grid = np.geomspace(sizes.min(), sizes.max(), points)
         return [(float(lo), float(hi)) for lo in grid for hi in grid[grid > lo]]
 
+    base = np.column_stack([np.ones_like(sizes), sizes]) / seconds[:, None]
+    columns: dict[tuple[float, float], np.ndarray] = {}  # a level's stalls per byte_s, relative
+
     def fit(levels) -> tuple[float, np.ndarray]:
-        shapes = [Cache(1.0, lo, hi).stalls(sizes) for lo, hi in levels]
-        A = np.column_stack([np.ones_like(sizes), sizes, *shapes])
-        coef, residual = _nnls(A / seconds[:, None], np.ones_like(sizes))
+        for span in levels:
+            if span not in columns:
+                columns[span] = Cache(1.0, *span).stalls(sizes) / seconds
+        A = np.column_stack([base, *(columns[span] for span in levels)])
+        coef, residual = _nnls(A, np.ones_like(sizes))
         return residual / math.sqrt(len(sizes)), coef
 
     def apart(a: tuple[float, float], b: tuple[float, float]) -> bool:

@@ -1,8 +1,8 @@
 """Timing the kernels of `archsearch.cost.kernels` on this machine, at shapes drawn from grids.
 
-Every kernel is timed as the models run it: the real modules of `archsearch.models` (a
-one-layer model of the sampled architecture supplies its mixer, channel mixer, norm and
-embedding; `archsearch.models.gemm.Linear` the GEMMs), through
+Every kernel is timed as the models run it: the real modules of `archsearch.models` (the
+mixer, channel mixer, norm or embedding of a one-layer model of the sampled architecture,
+built alone; `archsearch.models.gemm.Linear` the GEMMs), through
 `archsearch.runtimes.prepare(runtime, module, inputs)`, so the same timings can be taken in
 any deploy runtime. A mixer's `forward` kernel is its prefill of T tokens of B sequences from
 an empty state; its `step` kernel one decoded token after a context of n tokens.
@@ -363,35 +363,65 @@ def _modules():
     return Prefill, Step, Add, Chain
 
 
-def _target(shape: Shape):
-    """(module, inputs) that run the kernel of a shape once."""
+def _component(kernel: str, arch: ArchConfig):
+    """The module of `arch`'s one layer that `kernel` runs, built alone (not the one-layer
+    model around it: building that, its FFN and LM head included, took 40% of a kernel's
+    timing) and drawn as the model draws it (`archsearch.models.init_weights`)."""
+    from torch import nn
+
+    from archsearch.models import build_channel_mixer, build_sequence_mixer, init_weights
+    from archsearch.models.norm import make_norm
+
+    if kernel == "embedding":
+        module = nn.Embedding(arch.vocab_size, arch.d_model)
+    elif kernel == "norm":
+        module = make_norm(arch.norm, arch.d_model, arch.norm_eps)
+    elif kernel in ("ffn", "moe"):
+        module = build_channel_mixer(arch)
+    else:  # a sequence mixer: a one-layer model's only letter
+        module = build_sequence_mixer(arch, arch.pattern[0])
+    return module.apply(init_weights).eval()
+
+
+def _targets(shape: Shape, builds: int):
+    """(module, inputs) that run the kernel of a shape once, for each of `builds` fresh builds
+    of its module. A step's context (the state a prefill of `ctx` tokens leaves) is built once,
+    by the first build, and each build steps from its own copy of it (the same weights: every
+    build is seeded alike)."""
     import torch
 
-    from archsearch.models import build_model
     from archsearch.models.gemm import Linear
 
     Prefill, Step, Add, _ = _modules()
     v = shape.values()
-    torch.manual_seed(0)
-    if shape.kernel == "gemm":
-        return Linear(v["k"], v["n"], bias=False), (torch.randn(v["m"], v["k"]),)
-    arch = _arch(shape.kernel, v)
-    model = build_model(arch).eval()
-    block, d = model.blocks[0], arch.d_model
-    if shape.kernel in ("ffn", "moe", "norm", "residual", "embedding"):
-        x = torch.randn(1, v["N"], d)
-        if shape.kernel == "embedding":
-            return model.wte, (torch.randint(0, arch.vocab_size, (1, v["N"])),)
+    context = None
+    for _ in range(builds):
+        torch.manual_seed(0)
+        if shape.kernel == "gemm":
+            yield Linear(v["k"], v["n"], bias=False), (torch.randn(v["m"], v["k"]),)
+            continue
         if shape.kernel == "residual":
-            return Add(), (x, torch.randn_like(x))
-        return (block.norm1 if shape.kernel == "norm" else block.ffn), (x,)
-    mixer, B = block.mixer, v["B"]
-    empty = mixer.init_state(B, None, torch.float32)
-    if shape.kernel.endswith(".forward"):
-        return Prefill(mixer), (torch.randn(B, v["T"], d), empty)
-    with torch.inference_mode():
-        _, state = mixer.prefill(torch.randn(B, v["ctx"], d), empty, 0)
-    return Step(mixer, v["ctx"]), (torch.randn(B, d), state)
+            x = torch.randn(1, v["N"], v["d"])
+            yield Add(), (x, torch.randn_like(x))
+            continue
+        arch = _arch(shape.kernel, v).resolved()
+        module = _component(shape.kernel, arch)
+        if shape.kernel == "embedding":
+            yield module, (torch.randint(0, arch.vocab_size, (1, v["N"])),)
+        elif shape.kernel in ("ffn", "moe", "norm"):
+            yield module, (torch.randn(1, v["N"], arch.d_model),)
+        elif shape.kernel.endswith(".forward"):
+            empty = module.init_state(v["B"], None, torch.float32)
+            yield Prefill(module), (torch.randn(v["B"], v["T"], arch.d_model), empty)
+        else:
+            token = torch.randn(v["B"], arch.d_model)
+            if context is None:
+                empty = module.init_state(v["B"], None, torch.float32)
+                with torch.inference_mode():
+                    x = torch.randn(v["B"], v["ctx"], arch.d_model)
+                    context = module.prefill(x, empty, 0)[1]
+            state = {name: t.clone() for name, t in context.items()}
+            yield Step(module, v["ctx"]), (token, state)
 
 
 def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float, builds: int = 1) -> float:
@@ -400,11 +430,10 @@ def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float, builds
     here, one build of a kernel can run 5-50% slower than another of the same shape)."""
     from archsearch.runtimes import prepare
 
-    times = []
-    for _ in range(builds):
-        module, inputs = _target(shape)
-        times.append(seconds_per_call(prepare(runtime, module, inputs), repeats, min_time))
-    return min(times)
+    return min(
+        seconds_per_call(prepare(runtime, module, inputs), repeats, min_time)
+        for module, inputs in _targets(shape, builds)
+    )
 
 
 def dispatch_seconds(runtime: str, repeats: int) -> float:

@@ -4,7 +4,7 @@
 keyed by the names of `archsearch.arch` (attention kinds, linear families, MCSD; FFN kinds, MoE).
 """
 
-from archsearch.models.lm import LanguageModel, State, build_model
+from archsearch.models.lm import LanguageModel, State, build_model, init_weights
 from archsearch.models.registry import (
     CHANNEL_MIXERS,
     SEQUENCE_MIXERS,
@@ -24,6 +24,7 @@ __all__ = [
     "build_model",
     "build_sequence_mixer",
     "channel_mixer_class",
+    "init_weights",
     "sequence_mixer_class",
     "sequence_mixer_name",
 ]

@@ -73,7 +73,7 @@ class LanguageModel(nn.Module):
         self.lm_head = Linear(d, V, bias=False)
         if arch.tie_embeddings:
             self.lm_head.weight = self.wte.weight
-        self.apply(_init_weights)
+        self.apply(init_weights)
         if arch.tie_embeddings:  # the embedding is also the LM head: scale it as one
             nn.init.normal_(self.wte.weight, mean=0.0, std=d**-0.5)
         depth = math.sqrt(2 * arch.n_layers)
@@ -217,7 +217,9 @@ def sample(
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
-def _init_weights(module: nn.Module) -> None:
+def init_weights(module: nn.Module) -> None:
+    """Draw a Linear's or an Embedding's weights as a model's are (the module docstring's init,
+    less the residual projections' depth scaling); `module.apply(init_weights)` for a tree."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, mean=0.0, std=module.in_features**-0.5)
     elif isinstance(module, nn.Embedding):
