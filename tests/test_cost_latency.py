@@ -4,9 +4,6 @@ calibrate commands."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -334,44 +331,3 @@ def test_prune_counts_every_constraint(capsys):
             for a in archs
         )
         assert data["pruned_by_constraint"][c.name] == expected
-
-
-def test_calibrate_writes_a_loadable_profile(tmp_path):
-    out = tmp_path / "local.yaml"
-    res = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("archsearch")),
-            "calibrate",
-            "threads=1",
-            "repeats=1",
-            "quick=true",
-            f"output={out}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr
-    steps = [line for line in res.stderr.splitlines() if " calibrate: " in line]  # progress
-    total = int(steps[0].split("/")[1].split()[0])
-    assert len(steps) == total and [s.split(": ")[1].split("/")[0] for s in steps] == [
-        str(k) for k in range(1, total + 1)
-    ]
-    assert all("ETA" in s for s in steps[:-1]) and steps[-1].endswith("done")
-    # a step is one kernel's pass or one whole model, so that the pace so far gives the ETA
-    from archsearch.cost.kernel_fit import QUICK_KERNELS
-
-    passes = [s for s in steps if "kernels: pass " in s]
-    assert len(passes) % len(QUICK_KERNELS) == 0 and len(passes) > len(QUICK_KERNELS)
-    assert [s.split(", ")[1].split(" (")[0] for s in passes[: len(QUICK_KERNELS)]] == list(
-        QUICK_KERNELS
-    )
-    # quick: two glue, two held-out, and the two held-out again in bf16 (the fp16 check)
-    assert sum("whole model" in s for s in steps) == 6
-    assert sum("fp16 check: whole model" in s for s in steps) == 2
-    dev = load_device(str(out))
-    assert dev.name == "local" and dev.prefill_logits == "all"
-    assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8
-    assert 0 < dev.eff("fp32").op_overhead_s < 1e-3
-    c = columns(ATTN)
-    assert model.decode_s(c, dev, 128, "fp32")[0] > 0

@@ -30,6 +30,7 @@ from archsearch.cost.ffn import experts_touched
 from archsearch.cost.kernel_fit import (
     DECODE_DRAWN,
     OVERLAPS,
+    QUICK_KERNELS,
     SHARED_SCALES,
     _budget,
     _draw,
@@ -62,6 +63,7 @@ from archsearch.cost.kernels import KERNELS, PHASES, Cache, Glue, Kernels, Passe
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.trees import fit, from_sklearn
 from archsearch.models import build_model
+from archsearch.models.lm import RESIDUAL_PROJECTIONS
 
 RNG = np.random.default_rng(0)
 TRAIN_X = RNG.uniform(0, 10, (60, 3))
@@ -856,8 +858,26 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     out = tmp_path / "local.yaml"
     args = ["calibrate", "threads=1", "repeats=1", "quick=true", f"output={out}", "format=json"]
     assert main(args) == 0
-    raw = json.loads(capsys.readouterr().out)["raw"]
+    printed = capsys.readouterr()
+    raw = json.loads(printed.out)["raw"]
     dev = load_device(str(out))
+    assert dev.name == "local" and dev.prefill_logits == "all"
+    assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8
+    assert 0 < dev.eff("fp32").op_overhead_s < 1e-3
+
+    # progress: every step counted, each with its ETA, the last one done
+    steps = [line for line in printed.err.splitlines() if " calibrate: " in line]
+    total = int(steps[0].split("/")[1].split()[0])
+    assert [int(s.split(": ")[1].split("/")[0]) for s in steps] == list(range(1, total + 1))
+    assert all("ETA" in s for s in steps[:-1]) and steps[-1].endswith("done")
+    # a step is one kernel's pass or one whole model, so that the pace so far gives the ETA
+    passes = [s for s in steps if "kernels: pass " in s]
+    assert len(passes) % len(QUICK_KERNELS) == 0 and len(passes) > len(QUICK_KERNELS)
+    first_pass = passes[: len(QUICK_KERNELS)]
+    assert [s.split(", ")[1].split(" (")[0] for s in first_pass] == list(QUICK_KERNELS)
+    # quick: two glue, two held-out, and the two held-out again in bf16 (the fp16 check)
+    assert sum("whole model" in s for s in steps) == 6
+    assert sum("fp16 check: whole model" in s for s in steps) == 2
     # the check pools the held-out models' predictions and the glue models' left out
     pooled = [(r["measured_s"], r["predicted_s"]) for r in raw["kernels"]["validation"]]
     pooled += [(r["measured_s"], r["left_out_s"]) for r in raw["kernels"]["glue"]]
@@ -917,6 +937,70 @@ def test_every_model_calibration_times_builds():
     with torch.device("meta"):
         params = [sum(p.numel() for p in build_model(a).parameters()) for a in archs]
     assert params == [int(count_params(columns(a))["params"][0]) for a in archs]
+
+
+def _model_part(model, kernel: str):
+    """The module of a one-layer model that `kernel` names."""
+    block = model.blocks[0]
+    parts = {"embedding": model.wte, "norm": block.norm1, "ffn": block.ffn, "moe": block.ffn}
+    return parts.get(kernel, block.mixer)
+
+
+@pytest.mark.parametrize("kernel", sorted(set(KERNELS) - {"gemm", "residual"}))
+def test_a_kernel_is_timed_on_the_module_its_model_runs_and_steps_from_a_copied_context(kernel):
+    """Calibration builds only the module a kernel runs, not the one-layer model around it: the
+    same class with the same parameters (names and shapes) as that model's, drawn by the same
+    init (random where the model's are, constant where they are). Its builds run the kernel alike, and a step kernel's
+    builds each step from their own copy of one context."""
+    import torch
+
+    from archsearch.cost import kernel_timing
+    from archsearch.runtimes import prepare
+
+    shape = next(  # the cheapest valid shape: the first of each knob's values that builds
+        s
+        for s in (random_shape(kernel, random.Random(i)) for i in range(200))
+        if affordable(s) and _builds(s)
+    )
+    arch = kernel_timing._arch(kernel, shape.values())
+    expected = _model_part(build_model(arch), kernel)
+    builds = list(kernel_timing._targets(shape, 2))
+    outputs = []
+    for module, inputs in builds:
+        timed = module.mixer if kernel.endswith((".forward", ".step")) else module
+        assert type(timed) is type(expected)
+        assert [(n, p.shape) for n, p in timed.named_parameters()] == [
+            (n, p.shape) for n, p in expected.named_parameters()
+        ]
+        drawn = {n: p.numel() > 1 and bool(p.std() > 0) for n, p in expected.named_parameters()}
+        assert {n: p.numel() > 1 and bool(p.std() > 0) for n, p in timed.named_parameters()} == (
+            drawn
+        )  # drawn where the model draws, constant (norm gains, token-shift mixes) where not
+        model_params = dict(expected.named_parameters())
+        for name, p in timed.named_parameters():
+            if drawn[name] and p.numel() >= 1024:  # as widely (the model's depth scaling aside)
+                depth = 2**0.5 if name.endswith(RESIDUAL_PROJECTIONS) else 1.0
+                ratio = float(p.detach().std() / model_params[name].detach().std()) / depth
+                assert 0.8 < ratio < 1.25, (name, ratio)
+        with torch.inference_mode():
+            outputs.append(prepare("torch", module, inputs)())
+    first, second = (out[0] if isinstance(out, tuple) else out for out in outputs)
+    torch.testing.assert_close(first, second)  # seeded alike: the same kernel twice
+    if kernel.endswith(".step"):
+        (_, (_, one)), (_, (_, two)) = builds
+        for name in one:
+            assert torch.equal(one[name], two[name])
+            assert one[name].data_ptr() != two[name].data_ptr() or one[name].numel() == 0
+
+
+def _builds(shape) -> bool:
+    from archsearch.arch import InvalidArch
+
+    try:
+        shape_rows(shape)
+    except InvalidArch:
+        return False
+    return True
 
 
 def _timed_on_a_simulated_clock(cost, repeats: int, **kwargs) -> tuple[float, int]:
