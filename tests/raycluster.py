@@ -52,13 +52,17 @@ def _wait_for_nodes(address: str, n: int, env: dict, timeout: float = 90) -> lis
 
 
 @contextlib.contextmanager
-def private_ray_cluster(resources: dict[str, float], head_cpus: int = 1) -> Iterator[dict]:
+def private_ray_cluster(
+    resources: dict[str, float], head_cpus: int = 1, edge_cpus: int = 1, ray_env=None
+) -> Iterator[dict]:
     """Yield {address, env (for processes that join it), nodes (node ids), edge (the id of the
-    node that advertises `resources`), head (the head's id)}; the head has `head_cpus` CPUs
-    (0: every task needing a CPU runs on the second node)."""
+    node that advertises `resources`), head (the head's id), leave (kills the second node)};
+    the head has `head_cpus` CPUs (0: every task needing a CPU runs on the second node), the
+    second `edge_cpus`; `ray_env`: Ray settings (`RAY_...` variables) for both."""
     temp = tempfile.mkdtemp(prefix="as-ray-")
     port = free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "HOME": temp}
+    env.update(ray_env or {})
     head = _ray_start(
         [
             "--head",
@@ -75,7 +79,11 @@ def private_ray_cluster(resources: dict[str, float], head_cpus: int = 1) -> Iter
         _wait_for_nodes(address, 1, env)
         procs.append(
             _ray_start(
-                [f"--address={address}", "--num-cpus=1", f"--resources={json.dumps(resources)}"],
+                [
+                    f"--address={address}",
+                    f"--num-cpus={edge_cpus}",
+                    f"--resources={json.dumps(resources)}",
+                ],
                 env,
             )
         )
@@ -88,10 +96,16 @@ def private_ray_cluster(resources: dict[str, float], head_cpus: int = 1) -> Iter
             "nodes": [n["NodeID"] for n in nodes],
             "edge": edge,
             "head": next(n["NodeID"] for n in nodes if n["NodeID"] != edge),
+            "leave": lambda: _kill(procs[1]),
         }
     finally:
         for p in reversed(procs):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+            _kill(p)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL a node: `ray start --block` and the daemons of its process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

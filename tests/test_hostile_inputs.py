@@ -347,6 +347,8 @@ OVERRIDES = [
     cli("train-batch-overflow", "train", "arch=tiny_gqa", "batch_size=1e999", must=("batch_size",)),
     cli("sweep-trials-list", "sweep", "trials=[1]", must=("trials",)),
     cli("sweep-cpus-inf", "sweep", "ray.num_cpus=inf", must=("num_cpus",)),
+    cli("sweep-wait-negative", "sweep", "latency.wait_s=-1", must=("latency.wait_s",)),
+    cli("sweep-wait-nan", "sweep", "latency.wait_s=nan", must=("latency.wait_s",)),
     cli("prune-device-list", "prune", "device=[rpi5]", must=("device",)),
     cli("cost-context-overflow", "cost", "arch=tiny_gqa", "context=1e999", must=("context",)),
     cli("calibrate-threads-mapping", "calibrate", "threads={a:1}", must=("threads",)),

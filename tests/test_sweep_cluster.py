@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import optuna
@@ -117,6 +118,62 @@ def test_trials_training_on_the_measuring_node_do_not_deadlock_their_measurement
         trained = _measured_sweep(tmp_path, cluster, 2, timeout=240)
         for r in trained:
             assert r.attrs["node"] == r.attrs["measured_latency"]["node"] == cluster["edge"]
+
+
+def test_a_sweep_whose_measuring_device_leaves_fails_the_trials_it_owes_and_gives_up(tmp_path):
+    """The device (the second node, which only measures) is killed once a trial has been
+    measured on it: the trials whose measurements it owed fail with the reason once it has been
+    gone `latency.wait_s`, their tasks are cancelled, and the sweep gives up instead of waiting
+    for good (as it did)."""
+    fast_death = {  # the head declares a silent node dead within about 2 s, not 30
+        "RAY_health_check_period_ms": "500",
+        "RAY_health_check_timeout_ms": "500",
+        "RAY_health_check_failure_threshold": "3",
+    }
+    with private_ray_cluster({"edge": 1}, edge_cpus=0, ray_env=fast_death) as cluster:
+        env = {**cluster["env"], "ARCHSEARCH_SYNTHETIC_SLEEP": "1.0"}
+        run = tmp_path / "run"
+        cmd = [
+            *(str(BIN / "archsearch"), "sweep", f"run_dir={run}", "format=json"),
+            *(f"ray.address={cluster['address']}", "trials=6", "concurrency=1"),
+            *("trainable=archsearch.sweep.testing:synthetic", "early_stopping=none"),
+            *("latency.mode=measured", "latency.resource=edge", "latency.repeats=2"),
+            "latency.wait_s=2",
+        ]
+        out, err = tmp_path / "out", tmp_path / "err"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=env, cwd=tmp_path)
+            try:
+                deadline = time.time() + 240
+                while time.time() < deadline and proc.poll() is None and not _trained(run):
+                    time.sleep(0.5)
+                assert _trained(run), err.read_text()
+                cluster["leave"]()
+                left = time.time()
+                assert proc.wait(timeout=180) == 1, err.read_text()  # 1: gave up
+            finally:
+                proc.kill()
+    assert out.read_text().startswith("{"), (out.read_text()[:3000], err.read_text()[-3000:])
+    summary = json.loads(out.read_text())
+    assert summary["outcome"] == "gave_up"
+    assert "'edge'" in summary["gave_up_reason"] and "latency.wait_s" in summary["gave_up_reason"]
+    assert time.time() - left < 120  # what it waited: the death, the wait, a trial at most
+    recs = records(optuna.load_study(study_name="tiny", storage=f"sqlite:///{run / 'study.db'}"))
+    lost = [r for r in recs if r.status == "failed"]
+    assert lost and all(r.reason == summary["gave_up_reason"] for r in lost)
+    assert not [r for r in recs if r.state == "RUNNING"]  # none left live in the study
+    assert all("measured_latency" in r.attrs for r in recs if r.status == "trained")
+
+
+def _trained(run: Path) -> bool:
+    """Whether the sweep's study holds a trained trial (never creating the database)."""
+    if not (run / "study.db").exists():
+        return False
+    try:
+        study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{run / 'study.db'}")
+    except KeyError:  # the study is not created yet
+        return False
+    return any(r.status == "trained" for r in records(study))
 
 
 def test_an_unknown_resource_is_a_one_line_error(tmp_path, ray_cluster):

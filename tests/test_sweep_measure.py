@@ -163,3 +163,63 @@ def test_predicted_latency_in_a_runtime_the_profile_was_not_calibrated_in_is_ref
     assert code == 2 and err.count("\n") == 1, err
     assert "latency.runtime: 'executorch': device 'rpi5' has no kernel timings" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_measurement_owed_by_a_device_that_left_fails_its_trial_and_the_sweep_gives_up(
+    tmp_path, monkeypatch
+):
+    """While a node advertises the resource, or for `wait_s` after the last one left, a trial
+    waits for its measurement; then it fails with the reason, its task is cancelled and the
+    sweep gives up (the end of a sweep waited for it for ever). No Ray: its calls are faked."""
+    import ray
+
+    from archsearch.sweep import measure
+
+    state, launched = _state(tmp_path)
+    nodes = [{"Alive": True, "Resources": {"edge": 1.0, "CPU": 1.0}}]
+    clock = {"now": 0.0}
+    cancelled = []
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "wait", lambda refs, **kw: ([], list(refs)))  # never in
+    monkeypatch.setattr(ray, "cancel", lambda ref, force: cancelled.append(ref))
+    monkeypatch.setattr(measure.time, "monotonic", lambda: clock["now"])
+    state.measure = measure.RemoteMeasurer(lambda arch: "a task", "edge", wait_s=30.0)
+    trial_ended(state, "t1", _final(2.5), None)
+    record_measured(state)
+    nodes.clear()  # the device left
+    for now in (1.0, 2.0, 31.0):  # gone, but within the wait (a device may come back)
+        clock["now"] = now
+        record_measured(state)
+        assert live_trials(state) == [launched.optuna_trial.number] and not state.gave_up
+    clock["now"] = 32.5
+    record_measured(state, wait=True)  # returns: the end of a sweep no longer waits for ever
+    (rec,) = records(state.writer.study)
+    assert rec.status == Status.FAILED.value and rec.reason.startswith("latency measurement lost")
+    assert "'edge'" in rec.reason and "30 s" in rec.reason
+    assert state.gave_up and state.gave_up_reason == rec.reason and state.done
+    assert cancelled == ["the Ray task"] and state.awaiting_measurement == {}
+    assert live_trials(state) == []
+
+
+def test_a_device_back_within_the_wait_is_not_lost(monkeypatch):
+    import ray
+
+    from archsearch.sweep import measure
+
+    nodes: list = []
+    clock = {"now": 0.0}
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(measure.time, "monotonic", lambda: clock["now"])
+    measurer = measure.RemoteMeasurer(lambda arch: None, "edge", wait_s=10.0)
+    assert measurer.lost() is None  # gone since 0
+    clock["now"] = 9.0
+    nodes.append({"Alive": True, "Resources": {"edge": 1.0}})  # back
+    assert measurer.lost() is None
+    nodes.clear()
+    clock["now"] = 15.0  # gone again since 15: the wait starts over
+    assert measurer.lost() is None
+    clock["now"] = 24.0
+    assert measurer.lost() is None
+    clock["now"] = 25.5
+    assert measurer.lost() is not None
+    assert measure.RemoteMeasurer(lambda arch: None).lost() is None  # the sweep's own actor

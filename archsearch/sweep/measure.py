@@ -6,17 +6,24 @@ eager, or exported to ONNX Runtime or ExecuTorch (`archsearch.runtimes`). A cand
 not run there is measured as `{"not_measured": reason}` (one line), which fails its trial with
 that reason. With `latency.resource=NAME` the task runs only on nodes that advertise the custom
 resource NAME (e.g. a Raspberry Pi joined with `ray start --address=... --resources='{"rpi5": 1}'`),
-one at a time on each (`remote_measurer`).
+one at a time on each (`remote_measurer`). A measurement never waits for good on a device that
+left: once no node has advertised NAME for `latency.wait_s` seconds, the measurer says so
+(`RemoteMeasurer.lost`), and the sweep fails the trials still waiting with that reason and
+gives up.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from archsearch.metrics import METRICS
 from archsearch.space import SearchSpace
 
 MEASURED = ("ttft_ms", "decode_ms", "e2e_ms")  # the latency metrics `measure_latency` times
+CHECK_S = 1.0  # the least seconds between two looks at the cluster's nodes (`RemoteMeasurer.lost`)
 
 
 def measure_latency(
@@ -74,10 +81,54 @@ class Measurer:
         return measure_latency(*args)
 
 
+@dataclass
+class RemoteMeasurer:
+    """`measurer(arch_dict)` -> ObjectRef of `measure_latency`; `lost()` says why no more
+    measurement can run: the nodes that advertise `resource` have been gone from the cluster
+    for over `wait_s` seconds (None while one is there, or for the rest of the wait)."""
+
+    submit: Callable[[dict[str, Any]], Any]
+    resource: str | None = None
+    wait_s: float = 60.0
+    _gone_since: float | None = None
+    _looked: float = float("-inf")
+
+    def __call__(self, arch_dict: dict[str, Any]) -> Any:
+        return self.submit(arch_dict)
+
+    def lost(self) -> str | None:
+        if self.resource is None:  # the sweep's own actor: it fails its calls if it dies
+            return None
+        now = time.monotonic()
+        if now - self._looked >= CHECK_S:
+            self._looked = now
+            if _advertising(self.resource):
+                self._gone_since = None
+            elif self._gone_since is None:
+                self._gone_since = now
+        if self._gone_since is None or now - self._gone_since <= self.wait_s:
+            return None
+        return (
+            f"latency measurement lost: no node of the Ray cluster has advertised the resource "
+            f"{self.resource!r} for {self.wait_s:g} s (latency.wait_s); the device left the cluster"
+        )
+
+
+def _advertising(resource: str) -> list[dict[str, Any]]:
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
+
+
 def remote_measurer(
-    space: SearchSpace, device: str, resource: str | None, repeats: int, runtime: str = "torch"
-):
-    """A function arch_dict -> ObjectRef of `measure_latency` in `runtime`.
+    space: SearchSpace,
+    device: str,
+    resource: str | None,
+    repeats: int,
+    runtime: str = "torch",
+    wait_s: float = 60.0,
+) -> RemoteMeasurer:
+    """The measurer of a sweep: `measure_latency` in `runtime`, as a Ray task.
 
     A measurement holds no CPU slot of Ray's: a trial may hold every CPU of the node that
     measures it, and Tune frees a trial's CPUs only after it has told the sweep the trial ended,
@@ -90,8 +141,10 @@ def remote_measurer(
     settings = latency_settings(space)
     if not resource:
         measurer = ray.remote(num_cpus=0)(Measurer).remote()
-        return lambda arch_dict: measurer.measure.remote(arch_dict, settings, repeats, 1, runtime)
-    nodes = [n for n in ray.nodes() if n.get("Alive") and resource in n.get("Resources", {})]
+        return RemoteMeasurer(
+            lambda arch_dict: measurer.measure.remote(arch_dict, settings, repeats, 1, runtime)
+        )
+    nodes = _advertising(resource)
     if not nodes:
         from archsearch.errors import UserError
 
@@ -101,4 +154,6 @@ def remote_measurer(
         )
     amount = min(n["Resources"][resource] for n in nodes)
     task = ray.remote(measure_latency).options(num_cpus=0, resources={resource: amount})
-    return lambda arch_dict: task.remote(arch_dict, settings, repeats, 1, runtime)
+    return RemoteMeasurer(
+        lambda arch_dict: task.remote(arch_dict, settings, repeats, 1, runtime), resource, wait_s
+    )

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 BUDGET_KEYS = ("budget", "tokens", "flops", "steps", "fraction", "flops_per_token")
+POLL_S = 1.0  # seconds between looks at the measurer while the sweep's end waits for it
 
 
 def create_recorder(state: SweepState):
@@ -70,17 +71,29 @@ def trial_ended(state: SweepState, tune_id: str, result: dict[str, Any], error: 
 
 
 def record_measured(state: SweepState, wait: bool = False) -> None:
-    """Record the ended trials whose latency measurement is in; with `wait`, all of them."""
-    if not state.awaiting_measurement:
-        return
+    """Record the ended trials whose latency measurement is in; with `wait`, all of them. Once
+    the measurer is lost (its device left the cluster: `RemoteMeasurer.lost`), the trials still
+    waiting fail with its reason, their measurements are cancelled and the sweep gives up."""
     import ray
 
-    refs = {state.by_tune_id[t].measure_ref: t for t in state.awaiting_measurement}
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=None if wait else 0)
-    for ref in ready:
-        tune_id = refs[ref]
-        result, error = state.awaiting_measurement.pop(tune_id)
-        record_end(state, tune_id, result, error)
+    while state.awaiting_measurement:
+        refs = {state.by_tune_id[t].measure_ref: t for t in state.awaiting_measurement}
+        timeout = POLL_S if wait else 0
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            tune_id = refs.pop(ref)
+            result, error = state.awaiting_measurement.pop(tune_id)
+            record_end(state, tune_id, result, error)
+        lost = state.measure.lost() if refs and state.measure is not None else None
+        if lost:
+            for ref, tune_id in refs.items():
+                ray.cancel(ref, force=True)
+                state.by_tune_id[tune_id].measure_ref = None
+                result, error = state.awaiting_measurement.pop(tune_id)
+                record_end(state, tune_id, result, error or lost)
+            state.gave_up, state.gave_up_reason = True, lost
+        if not wait:
+            return
 
 
 def error_text(trial) -> str:
@@ -190,7 +203,8 @@ def record_end(state: SweepState, tune_id: str, result: dict[str, Any], error: s
         state.trained += 1
     elif status == Status.FAILED:
         state.failed += 1
-        state.gave_up = bool(state.max_failures) and state.failed >= state.max_failures
+        if state.max_failures and state.failed >= state.max_failures:
+            state.gave_up = True
     launched.latest.update(_final_numbers(attrs))
     launched.latest["reason"] = reason  # type: ignore[assignment]
     for dup in state.pending_duplicates.pop(h, []):

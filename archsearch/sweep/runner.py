@@ -317,6 +317,11 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             raise UserError(f"must be positive, got {value}", key=key)
     if not cfg.gpus_per_trial >= 0:
         raise UserError(f"must be 0 or positive, got {cfg.gpus_per_trial}", key="gpus_per_trial")
+    if not (math.isfinite(cfg.latency.wait_s) and cfg.latency.wait_s >= 0):
+        raise UserError(
+            f"must be 0 or a positive number of seconds, got {cfg.latency.wait_s}",
+            key="latency.wait_s",
+        )
     if cfg.max_failures < 0:
         raise UserError(
             f"must be 0 (never) or positive, got {cfg.max_failures}", key="max_failures"
@@ -366,6 +371,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
                 cfg.latency.resource,
                 cfg.latency.repeats,
                 str(cfg.latency.runtime),
+                cfg.latency.wait_s,
             )
         run_dir.mkdir(parents=True, exist_ok=True)
         devices = sorted({*device_names(), device})
@@ -454,6 +460,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "counts": {k: v for k, v in sorted(state.counts.items()) if k != "launched"},
         "in_study": in_study,
         "outcome": _outcome(state, trained, interrupted),
+        "gave_up_reason": state.gave_up_reason,
         "exhausted": state.exhausted,
         "device": device,
         "sampler": sampler_name.value,

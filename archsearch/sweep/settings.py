@@ -69,6 +69,7 @@ class LatencySection:
     resource: str | None = None
     repeats: int = 5
     runtime: Runtime = Runtime.torch  # type: ignore[attr-defined]
+    wait_s: float = 60.0  # with `resource`: seconds its nodes may be gone before the sweep gives up
 
 
 @dataclass

@@ -42,6 +42,7 @@ class SweepState:
     max_failures: int = 0  # failed trials in this run before it gives up (0: never)
     failed: int = 0  # failed trials in this run
     gave_up: bool = False
+    gave_up_reason: str = ""  # why, when not its failed trials (max_failures): a lost device
     launched: int = 0
     counts: Counter = field(default_factory=Counter)
     by_tune_id: dict[str, Launched] = field(default_factory=dict)
