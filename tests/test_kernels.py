@@ -895,7 +895,11 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
         assert dev.check(quantity, "q8") is None
     # fp16's efficiencies fitted to the reference models in bf16 (those torch runs there)
     fit16 = raw["fp16"]["fit"]
-    assert fit16["models"] + len(fit16["skipped"]) == len(reference_models())
+    assert fit16["models"] + len(fit16["skipped"]) == len(reference_models(quick=True))
+    # a smoke run's reference models still span the three sizes and seven kinds of mixer
+    kinds = {a.summary().split()[1] + ("+moe" if a.moe else "") for a in reference_models(True)}
+    assert len(kinds) == 7
+    assert {a.d_model for a in reference_models(quick=True)} == {128, 320, 640}
     assert dev.eff("fp16").vector == pytest.approx(fit16["vector"], abs=1e-4)
     assert "in bf16" in dev.eff("fp16").source
     # one-query attention's measured rate: the median over its shapes, as a share of the peak

@@ -189,12 +189,13 @@ def measure_bandwidth(repeats: int, llc: float = 0.0) -> dict[str, float]:
 REFERENCE_PROMPT = 128
 
 
-def reference_models() -> list:
+def reference_models(quick: bool = False) -> list:
     """Small models of every kind of mixer at three sizes, deep-narrow to wide-shallow (so that
     the weights, the arithmetic and the operator count vary independently), timed by
     `fit_to_models`. Their sizes, vocabulary
     and lengths differ from those of benchmarks/bench_latency_accuracy.py, which checks the fit
-    out of sample."""
+    out of sample. `quick` (a smoke run): every third of the 21, seven models of seven kinds
+    over the three sizes (the 42 timings took 25 of a quick calibration's 44 s)."""
     from archsearch.arch import (
         ArchConfig,
         AttentionConfig,
@@ -225,7 +226,7 @@ def reference_models() -> list:
                 moe=MoEConfig(n_experts=4, top_k=2, d_expert=d),
             ),
         ]
-    return out
+    return out[::3] if quick else out
 
 
 def fit_to_models(
@@ -233,6 +234,7 @@ def fit_to_models(
     profile: dict[str, Any],
     step: Callable[[str], None] | None = None,
     precision: str = "fp32",
+    quick: bool = False,
 ) -> dict[str, Any]:
     """Fit the compute efficiency, the non-matmul throughput (`vector`) and the overhead per
     operator at `precision` to real models: the time to first token of a 128-token prompt and
@@ -260,7 +262,7 @@ def fit_to_models(
     base_device = parse_device(profile, source="calibration", default_name="local")
     dtype = getattr(torch, DTYPES[precision])
     archs, measured, skipped = [], [], []
-    for arch in reference_models():
+    for arch in reference_models(quick):
         torch.manual_seed(0)
         model = build_model(arch).eval().to(dtype)
         prompt = torch.randint(0, arch.vocab_size, (1, REFERENCE_PROMPT))
@@ -338,7 +340,7 @@ def fit_half(
     from archsearch.cost.devices import parse_device
     from archsearch.cost.kernel_fit import precision_check
 
-    fitted = fit_to_models(repeats, profile, step, HALF)
+    fitted = fit_to_models(repeats, profile, step, HALF, quick)
     if step is not None:
         step(f"fit to the reference models at {HALF}")
     attention = measure_attention_step(HALF, repeats)
@@ -403,7 +405,7 @@ def calibrate(
     total = (
         2 * len(MATMUL_WEIGHTS)
         + 2
-        + 2 * len(reference_models())
+        + 2 * len(reference_models(quick))
         + 3
         + kernel_steps(quick, BUDGETS[budget].samples, checks=1)
     )
@@ -481,7 +483,7 @@ def calibrate(
             "cache_bandwidth": f"matrix-vector products over cache-resident weights ({where})",
         },
     }
-    fitted = fit_to_models(repeats, profile, step)
+    fitted = fit_to_models(repeats, profile, step, quick=quick)
     step("fit to the reference models")
     for eff in profile["efficiency"].values():
         eff["compute"] = round(fitted["compute"], 4)
@@ -491,7 +493,7 @@ def calibrate(
             f"archsearch calibrate: half_rows fitted to {len(fp32)} matmuls of the "
             f"models' linear layers; bandwidth a GEMV's share of the memory bandwidth; "
             f"compute, vector and op_overhead_s fitted to the prefill and decode times of "
-            f"{len(reference_models())} reference models (fit error "
+            f"{fitted['models']} reference models (fit error "
             f"{fitted['fit_mape_percent']:.1f}%)"
         )
     roofline = parse_device(profile, source="calibration", default_name="local")
