@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from archsearch.errors import UserError
+from archsearch.sweep.ray_runtime import resource_nodes
 
 __all__ = ["RemoteCalibrationError", "calibrate_on_node", "node_record"]
 
@@ -78,10 +79,6 @@ def _calibrate_here(settings: dict[str, Any], queue: Any) -> dict[str, Any]:
     return result
 
 
-def _resource_nodes(ray: Any, resource: str) -> list[dict[str, Any]]:
-    return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
-
-
 def _cluster_resources(ray: Any) -> str:
     names = sorted(k for k in ray.cluster_resources() if not k.startswith("node:"))
     return ", ".join(names) or "none"
@@ -90,7 +87,7 @@ def _cluster_resources(ray: Any) -> str:
 def _wait_for_nodes(ray: Any, resource: str, wait_s: float, key: str) -> list[dict[str, Any]]:
     deadline = time.monotonic() + wait_s
     while True:
-        nodes = _resource_nodes(ray, resource)
+        nodes = resource_nodes(resource)
         if nodes:
             return nodes
         if time.monotonic() >= deadline:
@@ -153,7 +150,7 @@ def calibrate_on_node(
     try:
         while not ray.wait([ref], timeout=POLL_S)[0]:
             relay()
-            if _resource_nodes(ray, resource):
+            if resource_nodes(resource):
                 gone_since = None
                 continue
             gone_since = gone_since or time.monotonic()

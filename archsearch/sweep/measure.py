@@ -21,6 +21,7 @@ from typing import Any
 
 from archsearch.metrics import METRICS
 from archsearch.space import SearchSpace
+from archsearch.sweep.ray_runtime import resource_nodes
 
 MEASURED = ("ttft_ms", "decode_ms", "e2e_ms")  # the latency metrics `measure_latency` times
 CHECK_S = 1.0  # the least seconds between two looks at the cluster's nodes (`RemoteMeasurer.lost`)
@@ -102,7 +103,7 @@ class RemoteMeasurer:
         now = time.monotonic()
         if now - self._looked >= CHECK_S:
             self._looked = now
-            if _advertising(self.resource):
+            if resource_nodes(self.resource):
                 self._gone_since = None
             elif self._gone_since is None:
                 self._gone_since = now
@@ -112,12 +113,6 @@ class RemoteMeasurer:
             f"latency measurement lost: no node of the Ray cluster has advertised the resource "
             f"{self.resource!r} for {self.wait_s:g} s (latency.wait_s); the device left the cluster"
         )
-
-
-def _advertising(resource: str) -> list[dict[str, Any]]:
-    import ray
-
-    return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
 
 
 def remote_measurer(
@@ -144,7 +139,7 @@ def remote_measurer(
         return RemoteMeasurer(
             lambda arch_dict: measurer.measure.remote(arch_dict, settings, repeats, 1, runtime)
         )
-    nodes = _advertising(resource)
+    nodes = resource_nodes(resource)
     if not nodes:
         from archsearch.errors import UserError
 

@@ -37,6 +37,7 @@ __all__ = [
     "contain_ray",
     "ray_session",
     "reap_leftovers",
+    "resource_nodes",
     "session_processes",
     "tuner",
 ]
@@ -66,6 +67,13 @@ def contain_ray(verbose: bool, address: str | None = None) -> None:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def resource_nodes(resource: str) -> list[dict[str, Any]]:
+    """The live nodes of the connected Ray cluster that advertise the custom `resource`."""
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
 
 
 def ray_temp_dir() -> str:
