@@ -53,7 +53,10 @@ def _wait_for_nodes(address: str, n: int, env: dict, timeout: float = 90) -> lis
 
 @contextlib.contextmanager
 def private_ray_cluster(
-    resources: dict[str, float], head_cpus: int = 1, edge_cpus: int = 1, ray_env=None
+    resources: dict[str, float],
+    head_cpus: int = 1,
+    edge_cpus: int = 1,
+    ray_env: dict[str, str] | None = None,
 ) -> Iterator[dict]:
     """Yield {address, env (for processes that join it), nodes (node ids), edge (the id of the
     node that advertises `resources`), head (the head's id), leave (kills the second node)};

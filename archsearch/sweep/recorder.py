@@ -74,6 +74,8 @@ def record_measured(state: SweepState, wait: bool = False) -> None:
     """Record the ended trials whose latency measurement is in; with `wait`, all of them. Once
     the measurer is lost (its device left the cluster: `RemoteMeasurer.lost`), the trials still
     waiting fail with its reason, their measurements are cancelled and the sweep gives up."""
+    if not state.awaiting_measurement:  # every step of Tune's loop calls this: nothing to do
+        return
     import ray
 
     while state.awaiting_measurement:
