@@ -178,3 +178,56 @@ def test_a_user_profile_is_found_by_name_and_never_shadows_a_shipped_one(
         assert dev.path != str((folder / f"{name}.yaml").resolve())
     else:
         assert dev.peak("fp32") == peak and dev.measured_on == {"hostname": "box", "cpus": "4"}
+
+
+def test_a_device_that_leaves_mid_calibration_ends_it_with_a_one_line_error(monkeypatch):
+    """The task is cancelled and the driver stops waiting once no node has advertised the
+    resource for `wait_s` seconds, the same rule as a sweep's measurer; a device back within
+    the wait restarts it. Ray's calls are faked: the clock only moves as Ray is polled."""
+    import ray
+    import ray.util.queue
+
+    from archsearch.sweep import device_calibration, ray_runtime
+
+    clock = {"now": 0.0}
+    edge = {"Alive": True, "Resources": {"edge": 1.0, "CPU": 1.0}}
+    # present, gone 4 s, back, then gone for good from t=10 on
+    present = lambda t: t < 2.0 or 6.0 <= t < 10.0  # noqa: E731
+    cancelled, killed = [], []
+
+    def wait(refs, timeout):
+        clock["now"] += timeout
+        return [], list(refs)
+
+    class Task:
+        def options(self, **kw):
+            assert kw["resources"] == {"edge": 1.0} and kw["num_cpus"] == 1
+            return self
+
+        def remote(self, settings, queue):
+            return "the calibration task"
+
+    class FakeQueue:
+        actor = "queue actor"
+
+        def __init__(self, **kw):
+            pass
+
+        def empty(self):
+            return True
+
+    monkeypatch.setattr(ray_runtime.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(ray, "nodes", lambda: [edge] if present(clock["now"]) else [])
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "remote", lambda fn: Task())
+    monkeypatch.setattr(ray, "cancel", lambda ref, force: cancelled.append(ref))
+    monkeypatch.setattr(ray, "kill", killed.append)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0, "node:1.2.3.4": 1.0})
+    monkeypatch.setattr(ray.util.queue, "Queue", FakeQueue)
+    with pytest.raises(device_calibration.RemoteCalibrationError) as err:
+        device_calibration.calibrate_on_node("edge", {"threads": 1}, wait_s=5.0)
+    assert clock["now"] > 15.0  # 5 s after it left for good, not at the first 4 s gap
+    assert clock["now"] <= 15.0 + 2 * device_calibration.POLL_S
+    text = str(err.value)
+    assert text.count("\n") == 0 and "'edge' left the cluster" in text and "has: CPU)" in text
+    assert cancelled == ["the calibration task"] and killed == ["queue actor"]

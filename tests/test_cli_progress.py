@@ -58,3 +58,31 @@ def test_step_lines_estimate_the_rest_from_the_pace_so_far():
     assert [line.split(": ", 1)[1].split(";")[0] for line in lines] == [
         f"{k}/3 architectures predicted ({k / 3:.0%})" for k in range(1, 4)
     ]
+
+
+def test_with_format_json_stdout_is_the_document_even_when_another_thread_prints(
+    monkeypatch, capsys
+):
+    # what Ray's driver does: its log thread relays "(raylet) node marked dead" to stdout while
+    # the command runs; the JSON document must still be all stdout holds
+    import threading
+
+    from archsearch.cli import main, space_cmd
+
+    real_open = space_cmd.open_space
+
+    def open_space_while_a_thread_prints(**kw):
+        t = threading.Thread(target=print, args=("(raylet) node 3f2a marked dead",))
+        t.start()
+        t.join()
+        print("a library's own print")
+        return real_open(**kw)
+
+    monkeypatch.setattr(space_cmd, "open_space", open_space_while_a_thread_prints)
+    assert main(["space", "sample", "search_space=tiny", "n=2", "format=json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)["candidates"]) == 2, out
+    assert "(raylet) node 3f2a marked dead" in err and "a library's own print" in err
+    # and without format=json nothing is moved: the table and the prints share stdout
+    assert main(["space", "sample", "search_space=tiny", "n=2"]) == 0
+    assert "(raylet) node 3f2a marked dead" in capsys.readouterr().out

@@ -173,7 +173,7 @@ def test_a_measurement_owed_by_a_device_that_left_fails_its_trial_and_the_sweep_
     sweep gives up (the end of a sweep waited for it for ever). No Ray: its calls are faked."""
     import ray
 
-    from archsearch.sweep import measure
+    from archsearch.sweep import measure, ray_runtime
 
     state, launched = _state(tmp_path)
     nodes = [{"Alive": True, "Resources": {"edge": 1.0, "CPU": 1.0}}]
@@ -182,7 +182,7 @@ def test_a_measurement_owed_by_a_device_that_left_fails_its_trial_and_the_sweep_
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
     monkeypatch.setattr(ray, "wait", lambda refs, **kw: ([], list(refs)))  # never in
     monkeypatch.setattr(ray, "cancel", lambda ref, force: cancelled.append(ref))
-    monkeypatch.setattr(measure.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(ray_runtime.time, "monotonic", lambda: clock["now"])
     state.measure = measure.RemoteMeasurer(lambda arch: "a task", "edge", wait_s=30.0)
     trial_ended(state, "t1", _final(2.5), None)
     record_measured(state)
@@ -204,12 +204,12 @@ def test_a_measurement_owed_by_a_device_that_left_fails_its_trial_and_the_sweep_
 def test_a_device_back_within_the_wait_is_not_lost(monkeypatch):
     import ray
 
-    from archsearch.sweep import measure
+    from archsearch.sweep import measure, ray_runtime
 
     nodes: list = []
     clock = {"now": 0.0}
     monkeypatch.setattr(ray, "nodes", lambda: nodes)
-    monkeypatch.setattr(measure.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(ray_runtime.time, "monotonic", lambda: clock["now"])
     measurer = measure.RemoteMeasurer(lambda arch: None, "edge", wait_s=10.0)
     assert measurer.lost() is None  # gone since 0
     clock["now"] = 9.0

@@ -315,7 +315,11 @@ def _main(argv: list[str]) -> int:
         rest = [*getattr(importlib.import_module(module), func)(rest), *rest]
     cfg = to_schema(cmd.config, compose(cmd.config, rest))
     module, func = cmd.handler.split(":")
-    return int(getattr(importlib.import_module(module), func)(sub, cfg) or 0)
+    handler = getattr(importlib.import_module(module), func)
+    from archsearch.cli.output import json_stdout
+
+    with json_stdout(getattr(cfg, "format", None) == "json"):
+        return int(handler(sub, cfg) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -219,7 +219,7 @@ def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
         "storage": redact(data.url),
     }
     if cfg.format == "json":  # one line, flushed: scripts read it while the server runs
-        print(json.dumps(urls), flush=True)
+        output.print_json(urls, one_line=True)
     else:
         con = output.console()
         con.print(f"optuna-dashboard: {urls['optuna_dashboard']}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from typing import Any
 
 from archsearch.cli import output
@@ -14,11 +12,7 @@ def run(_sub: str | None, cfg: Any) -> int:
     from archsearch.sweep import run_sweep
 
     space = open_space(search_space=cfg.search_space, space_file=cfg.space_file)
-    # Ray's driver prints what the cluster reports (a node marked dead) to stdout from its own
-    # threads: with format=json, to stderr with the progress, so that stdout is the JSON alone
-    json_out = cfg.format == "json"
-    with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
-        summary = run_sweep(space, cfg)
+    summary = run_sweep(space, cfg)
     print_summary(summary, fmt=cfg.format)
     return 1 if summary["outcome"] == "gave_up" else 0
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.sweep.ray_runtime import resource_nodes
+from archsearch.sweep.ray_runtime import ResourceWatch, resource_nodes
 
 __all__ = ["RemoteCalibrationError", "calibrate_on_node", "node_record"]
 
@@ -146,15 +146,11 @@ def calibrate_on_node(
             if progress is not None:
                 progress(*item)
 
-    gone_since = None
+    watch = ResourceWatch(resource)
     try:
         while not ray.wait([ref], timeout=POLL_S)[0]:
             relay()
-            if resource_nodes(resource):
-                gone_since = None
-                continue
-            gone_since = gone_since or time.monotonic()
-            if time.monotonic() - gone_since > wait_s:
+            if watch.gone_for() > wait_s:
                 ray.cancel(ref, force=True)
                 raise RemoteCalibrationError(
                     f"the node that advertised the resource {resource!r} left the cluster "

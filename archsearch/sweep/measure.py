@@ -14,14 +14,13 @@ gives up.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from archsearch.metrics import METRICS
 from archsearch.space import SearchSpace
-from archsearch.sweep.ray_runtime import resource_nodes
+from archsearch.sweep.ray_runtime import ResourceWatch, resource_nodes
 
 MEASURED = ("ttft_ms", "decode_ms", "e2e_ms")  # the latency metrics `measure_latency` times
 CHECK_S = 1.0  # the least seconds between two looks at the cluster's nodes (`RemoteMeasurer.lost`)
@@ -91,23 +90,17 @@ class RemoteMeasurer:
     submit: Callable[[dict[str, Any]], Any]
     resource: str | None = None
     wait_s: float = 60.0
-    _gone_since: float | None = None
-    _looked: float = float("-inf")
+    _watch: ResourceWatch | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        # None: the sweep's own actor, which fails its calls if it dies
+        self._watch = self.resource and ResourceWatch(self.resource, every_s=CHECK_S)
 
     def __call__(self, arch_dict: dict[str, Any]) -> Any:
         return self.submit(arch_dict)
 
     def lost(self) -> str | None:
-        if self.resource is None:  # the sweep's own actor: it fails its calls if it dies
-            return None
-        now = time.monotonic()
-        if now - self._looked >= CHECK_S:
-            self._looked = now
-            if resource_nodes(self.resource):
-                self._gone_since = None
-            elif self._gone_since is None:
-                self._gone_since = now
-        if self._gone_since is None or now - self._gone_since <= self.wait_s:
+        if self._watch is None or self._watch.gone_for() <= self.wait_s:
             return None
         return (
             f"latency measurement lost: no node of the Ray cluster has advertised the resource "

@@ -24,6 +24,7 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from archsearch.sweep.drivers import Driver
 __all__ = [
     "RAY_TEMP_PREFIX",
     "RECORDS_DIR",
+    "ResourceWatch",
     "check_address",
     "contain_ray",
     "ray_session",
@@ -74,6 +76,28 @@ def resource_nodes(resource: str) -> list[dict[str, Any]]:
     import ray
 
     return [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(resource)]
+
+
+@dataclass
+class ResourceWatch:
+    """How long the connected cluster has gone without a live node that advertises `resource`
+    (a device that left): `gone_for()` is 0.0 while one is there, and the wait starts over when
+    one comes back. The nodes are looked up at most every `every_s` seconds."""
+
+    resource: str
+    every_s: float = 0.0
+    _gone_since: float | None = None
+    _looked: float = float("-inf")
+
+    def gone_for(self) -> float:
+        now = time.monotonic()
+        if now - self._looked >= self.every_s:
+            self._looked = now
+            if resource_nodes(self.resource):
+                self._gone_since = None
+            elif self._gone_since is None:
+                self._gone_since = now
+        return 0.0 if self._gone_since is None else now - self._gone_since
 
 
 def ray_temp_dir() -> str:
