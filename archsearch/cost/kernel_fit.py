@@ -775,8 +775,9 @@ def _hidden_terms(mem: Glue, nbytes, gemms, w: float, overlap: float):
     fixed, per_w = np.zeros(len(nbytes)), np.zeros(len(nbytes))
     if not overlap:
         return fixed, per_w
-    for i, (n, (extra, weights)) in enumerate(zip(nbytes, gemms)):
-        share = mem.shares(n, weights)  # at w = 1
+    per_byte = mem.byte_stalls(nbytes) / np.maximum(nbytes, 1.0)  # at w = 1 (`Glue.shares`)
+    for i, (extra, weights) in enumerate(gemms):
+        share = np.asarray(weights, dtype=np.float64) * per_byte[i]
         stalled = w * share < extra
         fixed[i] = overlap * extra[~stalled].sum()
         per_w[i] = overlap * share[stalled].sum()
