@@ -86,3 +86,29 @@ def test_with_format_json_stdout_is_the_document_even_when_another_thread_prints
     # and without format=json nothing is moved: the table and the prints share stdout
     assert main(["space", "sample", "search_space=tiny", "n=2"]) == 0
     assert "(raylet) node 3f2a marked dead" in capsys.readouterr().out
+
+
+def test_the_program_exits_with_the_commands_code_leaving_the_heap_to_the_os(tmp_path):
+    """`archsearch` (the console script) and `python -m archsearch.cli` run `entry`: the
+    command's output is all written, its exit code is the program's, and the heap is frozen
+    before the interpreter's last collection (which took 2-3 s after a sweep)."""
+    probe = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0, "
+        "file=sys.stderr))\n"
+        "sys.argv = ['archsearch', *sys.argv[1:]]\n"
+        "from archsearch.cli import entry\n"
+        "entry()\n"
+    )
+    run = lambda *cmd: subprocess.run(  # noqa: E731
+        cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    ok = run(sys.executable, "-c", probe, "space", "sample", "search_space=tiny", "format=json")
+    assert ok.returncode == 0 and "frozen at exit: True" in ok.stderr, ok.stderr
+    assert len(json.loads(ok.stdout)["candidates"]) == 20  # the default n
+    bad = run(sys.executable, "-c", probe, "space", "sample", "search_space=tiny", "n=-1")
+    assert bad.returncode == 2 and bad.stderr.startswith("archsearch: error: n: must be positive")
+    for cmd in ([EXE], [sys.executable, "-m", "archsearch.cli"]):
+        out = run(*cmd, "space", "sample", "search_space=tiny", "n=2", "format=json")
+        assert out.returncode == 0 and len(json.loads(out.stdout)["candidates"]) == 2
+        assert run(*cmd, "space", "sample", "search_space=nope").returncode == 2

@@ -1,5 +1,3 @@
-import sys
+from archsearch.cli import entry
 
-from archsearch.cli import main
-
-sys.exit(main())
+entry()
