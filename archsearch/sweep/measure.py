@@ -94,7 +94,7 @@ class RemoteMeasurer:
 
     def __post_init__(self) -> None:
         # None: the sweep's own actor, which fails its calls if it dies
-        self._watch = self.resource and ResourceWatch(self.resource, every_s=CHECK_S)
+        self._watch = ResourceWatch(self.resource, every_s=CHECK_S) if self.resource else None
 
     def __call__(self, arch_dict: dict[str, Any]) -> Any:
         return self.submit(arch_dict)
