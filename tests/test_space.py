@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -12,19 +15,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsearch.errors import UserError
+from archsearch.resources import shipped_names, spaces_dir
 from archsearch.space import (
     Choice,
     Fixed,
     Interval,
     assignments,
     build,
+    candidates,
     count,
     load_space,
     parse_domain,
     parse_space,
     sample,
+    spec,
     suggest,
 )
+from archsearch.space.assign import (
+    DerivedError,
+    apply_assignment,
+    references,
+    resolve_derived,
+    set_path,
+)
+from archsearch.space.candidates import sample_assignment
 
 
 def domain(text):
@@ -182,6 +196,91 @@ def test_inexact_derived_division_is_a_named_rejection():
     assert by_model[64].ok
     assert by_model[80].reason == "derived_not_whole"
     assert "attention.n_heads" in by_model[80].message
+
+
+def test_a_candidate_is_built_once_per_space_and_each_caller_gets_its_own(monkeypatch):
+    sp = space({"d_model": "choice(64, 80)"}, derived={"attention.n_heads": "${div:${d_model},32}"})
+    resolved = []
+    real = candidates.resolve_derived
+    monkeypatch.setattr(
+        candidates, "resolve_derived", lambda t, d: resolved.append(1) or real(t, d)
+    )
+    first = build(sp, {"d_model": 64})
+    first.assignment["d_model"] = 80  # a caller changing its copy changes no one else's
+    again = build(sp, {"d_model": 64})
+    assert len(resolved) == 1
+    assert again.assignment == {"d_model": 64} and again.arch == first.arch and again.ok
+    assert not build(sp, {"d_model": 80}).ok and not build(sp, {"d_model": 80}).ok
+    assert len(resolved) == 2  # a rejection is kept too
+    build(sp, {"d_model": 64.0})  # another assignment than 64: built on its own
+    assert len(resolved) == 3
+    copied = pickle.loads(pickle.dumps(sp))  # a space sent to a Ray worker carries no results
+    assert copied == sp and build(copied, {"d_model": 64}) == again and len(resolved) == 4
+    monkeypatch.setattr(spec, "MEMO", 2)  # a space keeps its last MEMO results
+    resolved.clear()
+    for d in (64, 80, 96, 96, 80):
+        build(copied, {"d_model": d})
+    assert len(resolved) == 2  # 64 was kept from before
+    build(copied, {"d_model": 64})  # the oldest was dropped
+    assert len(resolved) == 3
+
+
+@pytest.mark.parametrize("name", shipped_names(spaces_dir()))
+def test_derived_values_equal_omegaconfs_over_the_whole_tree(name):
+    """`resolve_derived` hands OmegaConf only the keys the expressions read; on every shipped
+    space's sampled assignments it gives what OmegaConf gives on the whole tree."""
+    from omegaconf import OmegaConf
+
+    sp = load_space(name)
+    rng = random.Random(0)
+    for _ in range(40):
+        tree = apply_assignment(sp.base, sample_assignment(sp, rng))
+        whole = copy.deepcopy(tree)
+        for key, expr in sp.derived.items():
+            set_path(whole, key, expr)
+        conf = OmegaConf.create(whole)
+        expected = {}
+        for key in sp.derived:
+            try:
+                expected[key] = OmegaConf.select(conf, key, throw_on_missing=True)
+            except Exception:
+                expected[key] = "rejected"
+        try:
+            got = resolve_derived(tree, sp.derived)
+        except DerivedError:
+            assert "rejected" in expected.values()
+            continue
+        for key, value in expected.items():
+            set_path(whole, key, value)
+        assert got == whole  # the derived values set, nothing else changed
+
+
+@pytest.mark.parametrize(
+    ("expr", "reads"),
+    [
+        ("${div:${d_model},${vars.head_size}}", ("vars.head_size", "d_model")),
+        ("${round_to:${mul:${d_model},2.7},64}", ("d_model",)),
+        ("${max:1,2}", ()),
+        ("${.n_heads}", None),  # relative: the whole tree is resolved
+        ("${vars.${vars.k}}", None),  # a key built from another
+        ("${vars.xs[0]}", None),
+    ],
+)
+def test_the_keys_an_expression_reads(expr, reads):
+    assert references(expr) == reads
+
+
+def test_a_relative_derived_value_resolves_against_its_own_section():
+    sp = space(
+        {"attention.n_heads": "choice(2, 4)"},
+        derived={"attention.n_kv_heads": "${.n_heads}", "ffn.d_ffn": "${mul:${d_model},3}"},
+    )
+    by_heads = {
+        c.assignment["attention.n_heads"]: c.arch
+        for c in map(lambda a: build(sp, a), assignments(sp))
+    }
+    assert by_heads[4].attention.n_kv_heads == 4 and by_heads[2].attention.n_kv_heads == 2
+    assert by_heads[2].ffn.d_ffn == 3 * by_heads[2].d_model
 
 
 def test_unbuildable_candidates_are_rejected_with_counted_reasons():

@@ -11,6 +11,8 @@ random sampling, and Optuna's define-by-run `trial.suggest_*` (the sweep calls `
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import random
 from collections import Counter
@@ -39,7 +41,17 @@ class Candidate:
 
 
 def build(space: SearchSpace, assignment: dict[str, Any]) -> Candidate:
-    """Apply an assignment to the base architecture and validate it."""
+    """Apply an assignment to the base architecture and validate it (once per assignment and
+    space: `SearchSpace.remember`; 1 and 1.0, or True and 1, are different assignments)."""
+    try:
+        key = json.dumps(assignment, sort_keys=True, allow_nan=True)
+    except (TypeError, ValueError):  # a value JSON cannot write: built, not kept
+        return _build(space, assignment)
+    cand = space.remember(key, lambda: _build(space, assignment))
+    return dataclasses.replace(cand, assignment=dict(assignment))
+
+
+def _build(space: SearchSpace, assignment: dict[str, Any]) -> Candidate:
     tree = apply_assignment(space.base, assignment)
     try:
         tree = resolve_derived(tree, space.derived)

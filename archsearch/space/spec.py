@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ _TOP_KEYS = (
     "replicates",
 )
 MAX_REPLICATES = 100
+MEMO = 4096  # results a space keeps (`SearchSpace.remember`)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,23 @@ class SearchSpace:
     train: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     replicates: int = 1  # seeds per architecture of the first two Pareto layers (1: one)
+    # what `remember` computed, by key (oldest first); never compared, copied or pickled
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def remember(self, key: str, make: Callable[[], Any]) -> Any:
+        """`make()`, computed once per `key` for this space and kept (the last `MEMO` keys):
+        the sweep builds each candidate for its reference point, its sampler's pool and its
+        trial (`candidates.build`). Only for results that are fixed by the space and the key
+        and that no caller changes."""
+        if key in self._memo:
+            return self._memo[key]
+        value = self._memo[key] = make()
+        if len(self._memo) > MEMO:
+            del self._memo[next(iter(self._memo))]
+        return value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_memo": {}}
 
     @property
     def controllers(self) -> set[str]:
