@@ -8,14 +8,17 @@ to expect: candidates that break a constraint are `infeasible`; of the others, e
 `stopped_early`, every 7th `failed`, the rest `trained`; the first trained architecture is then
 suggested once more and recorded as a `duplicate` (PRUNED, the first one's values in
 `duplicate_values`, as the sweep does).
+
+`records_so_far` reads the study of a sweep that is still running.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from archsearch.study import Status, StudyMeta, StudyWriter, open_storage
+from archsearch.study import Status, StudyMeta, StudyWriter, open_storage, records
 from archsearch.sweep.pricing import price
 
 OBJECTIVES = ("val_loss", "decode_ms[rpi5,context=1024,precision=fp16]")
@@ -72,3 +75,19 @@ def _add(writer: StudyWriter, priced, status: Status, values, violations) -> int
     keep = status in (Status.TRAINED, Status.DUPLICATE)
     writer.finish(trial, status, reason, priced.attrs(), values if keep else None)
     return trial.number
+
+
+def records_so_far(run_dir: Path, name: str, url: str | None = None) -> list:
+    """The trial records of the study `name` that a sweep may still be creating (in `url`, else
+    `run_dir`'s SQLite file), [] until it can be read. Never creates the database: a file is
+    read once the sweep has made it; while the sweep is creating its schema, reading can fail
+    (no study yet; SQLite's UNIQUE constraint on alembic_version), which counts as nothing yet."""
+    import optuna
+
+    if url is None:
+        if not (run_dir / "study.db").exists():
+            return []
+        url = f"sqlite:///{run_dir / 'study.db'}"
+    with contextlib.suppress(Exception):
+        return records(optuna.load_study(study_name=name, storage=open_storage(url)))
+    return []

@@ -4,7 +4,6 @@ it stops."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import time
@@ -14,6 +13,7 @@ import optuna
 import pytest
 from pgserver import private_postgres
 from raycluster import BIN, private_ray_cluster
+from studies import records_so_far
 
 from archsearch.study import records
 
@@ -167,16 +167,8 @@ def test_a_sweep_whose_measuring_device_leaves_fails_the_trials_it_owes_and_give
 
 
 def _trained(run: Path) -> bool:
-    """Whether the sweep's study holds a trained trial (never creating the database). While
-    the sweep is still creating it, reading it can fail (no study yet, or its schema half
-    written: SQLite's UNIQUE constraint on alembic_version): not yet, as `_wait_trained` of
-    tests/test_sweep_drivers.py reads it."""
-    if not (run / "study.db").exists():
-        return False
-    with contextlib.suppress(Exception):
-        study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{run / 'study.db'}")
-        return any(r.status == "trained" for r in records(study))
-    return False
+    """Whether the sweep's study holds a trained trial yet."""
+    return any(r.status == "trained" for r in records_so_far(run, "tiny"))
 
 
 def test_an_unknown_resource_is_a_one_line_error(tmp_path, ray_cluster):

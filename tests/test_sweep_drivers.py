@@ -20,6 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 from pgserver import private_postgres
+from studies import records_so_far
 
 from archsearch.analysis.dashboard import make_app, serve
 from archsearch.study import open_storage, records
@@ -115,11 +116,8 @@ def _wait_trained(run_dir: Path, url: str | None, n: int, procs: list) -> None:
     """Wait until the study holds `n` trained trials (or a driver has ended)."""
     deadline = time.time() + 300
     while time.time() < deadline and all(p.poll() is None for p in procs):
-        created = url or (run_dir / "study.db").exists()  # never create it here
-        with contextlib.suppress(Exception):  # the study may not exist yet
-            recs = _records(run_dir, "poisoned", url) if created else []
-            if sum(r.status == "trained" for r in recs) >= n:
-                return
+        if sum(r.status == "trained" for r in records_so_far(run_dir, "poisoned", url)) >= n:
+            return
         time.sleep(0.2)
 
 
