@@ -25,6 +25,7 @@ against the model registries by the test suite.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -695,12 +696,19 @@ def _resolve_ffn(ffn: FFNConfig, d_model: int) -> FFNConfig:
 # section given as a list, and take ~18x longer (`space.build` loads one ArchConfig per candidate).
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """`typing.get_type_hints(cls)`, evaluated once per class (the annotations are strings:
+    evaluating them took 0.2 ms per candidate, 5% of building one)."""
+    return typing.get_type_hints(cls)
+
+
 def _load_dataclass(cls: type, data: Any, *, source: str | None, path: str) -> Any:
     """Build dataclass `cls` from a mapping, checking keys and types; errors name the key path."""
     where = path or "(top level)"
     if not isinstance(data, dict):
         raise UserError(f"expected a mapping, got {type(data).__name__}", source=source, key=where)
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(map(str, data)) - set(known))
     if unknown:
