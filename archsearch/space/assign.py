@@ -181,8 +181,9 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
         except ValueError as err:
             raise UserError(str(err), key=f"derived.{key}") from None
         set_path(tree, key, expr)
-    # OmegaConf builds a node per value it is given: only what the expressions read (4x fewer
-    # on `tiny`, 2.3x faster per candidate)
+    # OmegaConf builds a node per value it is given: only what the expressions read (`tiny`:
+    # 4.8 -> 3.2 ms per candidate; parsing each expression twice, at `create` and `select`, is
+    # most of the rest, and OmegaConf 2.3 keeps no parse)
     part = _read_by(tree, derived)
     conf = OmegaConf.create(tree if part is None else part)
     out = {}
