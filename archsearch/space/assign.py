@@ -90,21 +90,29 @@ def _per_candidate(name: str, fn):
 
 
 @functools.lru_cache(maxsize=4096)
+def _nodes(expr: str) -> tuple[Any, ...]:
+    """Every node of `expr`'s OmegaConf parse tree (`ValueError` if it does not parse)."""
+    from omegaconf import grammar_parser
+    from omegaconf.errors import GrammarParseError
+
+    try:
+        stack = [grammar_parser.parse(expr, parser_rule="configValue")]
+    except GrammarParseError as err:
+        raise ValueError(f"cannot parse {expr!r}: {str(err).splitlines()[0]}") from None
+    out = []
+    while stack:
+        out.append(node := stack.pop())
+        stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
+    return tuple(out)
+
+
 def check_expression(expr: str) -> None:
     """Raise `ValueError` unless `expr` calls only the space language's resolvers (`div`,
     `mul`, ...): OmegaConf's own (`oc.env`, `oc.decode`, `oc.create`, ...) and any other
     registered resolver are not reachable from a space file."""
-    from omegaconf import grammar_parser
-    from omegaconf.errors import GrammarParseError
     from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
 
-    try:
-        tree = grammar_parser.parse(expr, parser_rule="configValue")
-    except GrammarParseError as err:
-        raise ValueError(f"cannot parse {expr!r}: {str(err).splitlines()[0]}") from None
-    stack = [tree]
-    while stack:
-        node = stack.pop()
+    for node in _nodes(expr):
         if isinstance(node, OmegaConfGrammarParser.ResolverNameContext):
             name = node.getText()
             if name not in _RESOLVERS:
@@ -112,26 +120,20 @@ def check_expression(expr: str) -> None:
                     f"{expr!r} calls the resolver {name!r}, which is not part of the space "
                     f"language (known: {', '.join(_RESOLVERS)})"
                 )
-        stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
 
 
-@functools.lru_cache(maxsize=4096)
 def references(expr: str) -> tuple[str, ...] | None:
     """The absolute key paths a checked expression reads (`${d_model}`, `${vars.mult}`); None
     when one is relative (`${.x}`), indexed (`${a[0]}`) or built from another (`${a.${b}}`)."""
-    from omegaconf import grammar_parser
     from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser
 
     out = []
-    stack = [grammar_parser.parse(expr, parser_rule="configValue")]
-    while stack:
-        node = stack.pop()
+    for node in _nodes(expr):
         if isinstance(node, OmegaConfGrammarParser.InterpolationNodeContext):
             path = node.getText()[2:-1]
             if path.startswith(".") or "[" in path or "$" in path:
                 return None
             out.append(path)
-        stack.extend(node.getChildren() if hasattr(node, "getChildren") else ())
     return tuple(out)
 
 
