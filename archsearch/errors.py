@@ -37,7 +37,9 @@ class CtrlC:
     Python raises `KeyboardInterrupt` at whatever line the main thread runs when the signal
     comes. A library cleaning up in a `finally` may fail on its half-built state and raise its
     own error instead (OmegaConf, building a config, raises `AttributeError`): with `pressed`
-    that error still reads as the interrupt it was. The previous handler still runs (it raises
+    that error still reads as the interrupt it was; and where it came during a garbage
+    collection, Python printed and dropped the `KeyboardInterrupt` raised in a weakref callback
+    or `__del__`, and only `pressed` remembers it. The previous handler still runs (it raises
     `KeyboardInterrupt`); a process that ignores SIGINT, or a thread other than the main one,
     is left as it is. Nests."""
 

@@ -166,6 +166,33 @@ def test_the_cli_exits_130_on_a_converted_ctrl_c_and_lets_real_errors_through(
         cli.main(["sweep"])
 
 
+class _CollectedDuringCtrlC:
+    """An object whose finaliser is running when Ctrl-C comes (as SQLAlchemy's weakref callback
+    was, in a garbage collection mid-sweep): Python prints the KeyboardInterrupt raised there
+    as ignored and the program goes on."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs here, inside the finaliser
+
+
+def test_the_cli_exits_130_on_a_ctrl_c_a_garbage_collection_swallowed(
+    monkeypatch, capsys, python_sigint
+):
+    import archsearch.cli as cli
+
+    def command(argv):
+        _CollectedDuringCtrlC()  # dropped at once: its __del__ swallows the interrupt
+        return 0
+
+    monkeypatch.setattr(cli, "_main", command)
+    assert cli.main(["sweep"]) == 130
+    err = capsys.readouterr().err
+    assert "archsearch: interrupted: `archsearch sweep` before it finished" in err
+    monkeypatch.setattr(cli, "_main", lambda argv: 0)
+    assert cli.main(["sweep"]) == 0  # no Ctrl-C: the command's own code
+
+
 @pytest.mark.slow
 def test_a_sweep_whose_trials_keep_failing_gives_up_and_says_so(tmp_path):
     res = _sweep(

@@ -260,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     ctrl_c = CtrlC()
     try:
         with ctrl_c:
-            return _main(argv)
+            code = _main(argv)
+        if ctrl_c.pressed:  # its KeyboardInterrupt raised in a garbage collection's callback
+            raise KeyboardInterrupt  # (SQLAlchemy's), which Python prints and ignores
+        return code
     except UserError as err:
         print(f"archsearch: error: {err}", file=sys.stderr)
         return err.exit_code
