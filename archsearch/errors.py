@@ -39,7 +39,8 @@ class CtrlC:
     own error instead (OmegaConf, building a config, raises `AttributeError`): with `pressed`
     that error still reads as the interrupt it was; and where it came during a garbage
     collection, Python printed and dropped the `KeyboardInterrupt` raised in a weakref callback
-    or `__del__`, and only `pressed` remembers it. The previous handler still runs (it raises
+    or `__del__`, and only `pressed` remembers it: leaving the block without an exception
+    after Ctrl-C raises `KeyboardInterrupt` there. The previous handler still runs (it raises
     `KeyboardInterrupt`); a process that ignores SIGINT, or a thread other than the main one,
     is left as it is. Nests."""
 
@@ -55,10 +56,12 @@ class CtrlC:
                 signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+        if exc_type is None and self.pressed:  # a collection swallowed its KeyboardInterrupt
+            raise KeyboardInterrupt
 
     def _handle(self, signum, frame) -> None:
         self.pressed = True

@@ -138,7 +138,8 @@ def _ctrl_c_turned_into(error: Exception):
 
 
 def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c(python_sigint):
-    with CtrlC() as ctrl_c, pytest.raises(AttributeError):
+    ctrl_c = CtrlC()
+    with pytest.raises(AttributeError), ctrl_c:
         _ctrl_c_turned_into(AttributeError("'NoneType' object has no attribute"))
     assert ctrl_c.pressed and ctrl_c.interrupted(AttributeError())
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

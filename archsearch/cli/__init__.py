@@ -260,10 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ctrl_c = CtrlC()
     try:
         with ctrl_c:
-            code = _main(argv)
-        if ctrl_c.pressed:  # its KeyboardInterrupt raised in a garbage collection's callback
-            raise KeyboardInterrupt  # (SQLAlchemy's), which Python prints and ignores
-        return code
+            return _main(argv)
     except UserError as err:
         print(f"archsearch: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -419,7 +419,6 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             if not ctrl_c.interrupted(err):
                 raise
             interrupted = True
-        interrupted = interrupted or ctrl_c.pressed  # one a garbage collection swallowed
         if not interrupted:  # trials Tune ended whose latency was still being measured
             record_measured(state, wait=True)
         sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
@@ -448,7 +447,6 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
                 if not ctrl_c.interrupted(err):
                     raise
                 interrupted = True
-            interrupted = interrupted or ctrl_c.pressed
         in_study = study_counts(writer)
     summary = {
         "study_name": study_name,
