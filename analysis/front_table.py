@@ -192,6 +192,7 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
             if _predicted(a.label)
         ],
         ("training recipe", training_recipe(meta.get("train") or {})),
+        *([("learning rates", rates)] if (rates := rate_search_note(p.trained)) else []),
         (
             "cost conventions",
             "params count every weight (embeddings once when tied); FLOPs count a multiply-add "
@@ -210,11 +211,34 @@ def training_recipe(train: dict) -> str:
 
     c = TrainConfig.from_dict(train).to_dict()
     corpus = ", ".join(c.get("data") or []) or "the embedded standard-library corpus"
+    lr = f"lr {c['lr']:g}" if c.get("lr_search", "off") == "off" else "lr searched per trial"
     return (
         f"budget {c['budget']} per trial; corpus {corpus}; tokenizer {c['tokenizer']}; "
-        f"sequence length {c['seq_len']}; batch {c['batch_size']}; lr {c['lr']:g} "
+        f"sequence length {c['seq_len']}; batch {c['batch_size']}; {lr} "
         f"({c['schedule']} schedule, warmup {c['warmup']:g}); seed {c['seed']}; "
         "val_loss in nats/token"
+    )
+
+
+def rate_search_note(records) -> str:
+    """How the trained trials' learning rates were found (`train.lr_search`): the rates chosen
+    and the compute the searches added to the trials' own; "" when no trial searched."""
+    searches = [r.attrs.get("lr_search") for r in records]
+    searches = [s for s in searches if isinstance(s, dict) and s.get("chosen")]
+    if not searches:
+        return ""
+    chosen: dict[float, int] = {}
+    for s in searches:
+        chosen[float(s["chosen"])] = chosen.get(float(s["chosen"]), 0) + 1
+    spent = sum(float(s.get("flops") or 0) for s in searches)
+    own = sum(float((r.attrs.get("budget") or {}).get("flops") or 0) for r in records)
+    grid = ", ".join(f"{lr:g}" for lr in searches[0].get("grid", []))
+    counts = ", ".join(f"{lr:g} x{n}" for lr, n in sorted(chosen.items()))
+    share = f"{spent / own:.0%}" if own > 0 else "an unknown share"
+    return (
+        f"each trial's peak rate searched by successive halving over {grid} "
+        f"({len(searches)} trials; chosen: {counts}); the searches added {share} to the "
+        f"trained trials' training FLOPs ({spent:.3g} FLOPs)"
     )
 
 

@@ -25,9 +25,17 @@ OBJECTIVES = ("val_loss", "decode_ms[rpi5,context=1024,precision=fp16]")
 
 
 def make_study(
-    path: Path, *, n: int = 14, seed: int = 0, name: str = "tiny", device: str = "rpi5"
+    path: Path,
+    *,
+    n: int = 14,
+    seed: int = 0,
+    name: str = "tiny",
+    device: str = "rpi5",
+    lr_search: bool = False,
 ) -> dict[str, Any]:
-    """Write the study into the SQLite file `path`; returns what was written by status."""
+    """Write the study into the SQLite file `path`; returns what was written by status. With
+    `lr_search`, the study's recipe searched each trial's rate (`train.lr_search: halving`)
+    and each trained trial stores a search that chose `searched_rate(number)`."""
     import optuna
 
     from archsearch.cost.devices import device_names
@@ -37,7 +45,8 @@ def make_study(
     space = load_space("tiny")
     devices = device_names()
     url = f"sqlite:///{Path(path).resolve()}"
-    meta = StudyMeta.for_space(space, device, devices)
+    train = {**space.train, "lr_search": "halving"} if lr_search else None
+    meta = StudyMeta.for_space(space, device, devices, train)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     writer, _ = StudyWriter.create_or_open(open_storage(url), name, meta)
     written: dict[str, list[int]] = {}
@@ -57,7 +66,7 @@ def make_study(
                 else Status.TRAINED
             )
         values = [synthetic_loss(cand.arch.to_dict()), priced.device_costs[device][OBJECTIVES[1]]]
-        number = _add(writer, priced, status, values, priced.violations)
+        number = _add(writer, priced, status, values, priced.violations, lr_search)
         written.setdefault(status.value, []).append(number)
         if status == Status.TRAINED and first_trained is None:
             first_trained = (priced, values)
@@ -68,12 +77,24 @@ def make_study(
     return {"url": url, "name": name, "objectives": list(meta.objectives), "by_status": written}
 
 
-def _add(writer: StudyWriter, priced, status: Status, values, violations) -> int:
+def searched_rate(number: int) -> float:
+    """The rate a stand-in trial's search chose (`make_study(lr_search=True)`)."""
+    return (1e-3, 2e-3, 4e-3, 8e-3)[number % 4]
+
+
+def _add(
+    writer: StudyWriter, priced, status: Status, values, violations, lr_search: bool = False
+) -> int:
     trial = writer.ask()
     writer.set_constraints(trial, violations)
     reason = "" if status == Status.TRAINED else f"synthetic {status.value}"
     keep = status in (Status.TRAINED, Status.DUPLICATE)
-    writer.finish(trial, status, reason, priced.attrs(), values if keep else None)
+    attrs = priced.attrs()
+    if lr_search and status == Status.TRAINED:
+        grid = [1e-3, 2e-3, 4e-3, 8e-3]
+        attrs["lr_search"] = {"method": "halving", "grid": grid, "share": 0.15}
+        attrs["lr_search"].update(chosen=searched_rate(trial.number), runs=[], flops=1e9)
+    writer.finish(trial, status, reason, attrs, values if keep else None)
     return trial.number
 
 

@@ -197,3 +197,31 @@ def test_confirm_picks_the_front_and_n_trials_spread_over_the_ranking(stand_in):
         if n >= 2:  # the best and the worst of the rest are always among them
             assert {rest[0].number, rest[-1].number} <= picked
         assert all(j.train["budget"] == "tokens:2M" and j.budget_factor == 2.0 for j in jobs)
+
+
+def test_replicates_confirmations_and_exports_train_at_the_rate_the_search_chose(tmp_path):
+    """A study whose trials searched their rates: every job that trains a trial again, and
+    the recipe `export` writes, train at the trial's chosen rate without searching again."""
+    from studies import make_study, searched_rate
+
+    from archsearch.sweep.retrain import full_train, replicate_jobs
+
+    made = make_study(tmp_path / "study.db", n=24, lr_search=True)
+    data = load(made["url"], made["name"])
+    train = full_train(data.meta["train"])
+    assert train["lr_search"] == "halving"
+    jobs = [
+        *replicate_jobs(data.records, data.directions, train, 2),
+        *confirm_jobs(data.records, data.objectives, data.directions, train, factor=2, n=3),
+    ]
+    assert jobs
+    for job in jobs:
+        assert job.train["lr"] == searched_rate(job.source) and job.train["lr_search"] == "off"
+    trained = data.trained[0].number
+    res = cli(
+        tmp_path, "export", f"study={made['url']}", f"trial={trained}", f"out={tmp_path / 'x'}"
+    )
+    assert res.returncode == 0, res.stderr
+    recipe = next((tmp_path / "x").glob("*.train.yaml")).read_text()
+    assert f"lr: {searched_rate(trained)}" in recipe and "lr_search: 'off'" in recipe
+    assert f"the rate its learning-rate search chose ({searched_rate(trained):g})" in recipe

@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from archsearch.errors import UserError
 from archsearch.metrics import PROBE_TASKS
-from archsearch.trainers.probes import IGNORE, Probe, memorization_map
+from archsearch.trainers.probes import (
+    AGREE,
+    IGNORE,
+    Probe,
+    flattened,
+    memorization_map,
+    resolved,
+)
 
 sizes = dict(vocab=st.sampled_from([16, 32, 64, 100]), seq=st.integers(16, 96))
 
@@ -120,3 +127,26 @@ def test_bad_probe_settings():
         Probe("sorting")
     with pytest.raises(UserError, match="probe_vocab: must be at least 16"):
         Probe("recall", vocab_size=8)
+
+
+# ---- resolved: out of the learning transition --------------------------------------------------
+
+
+@given(st.lists(st.floats(0.0, 0.9), min_size=1, max_size=11))
+def test_a_curve_still_rising_at_its_end_is_not_flattened_and_one_level_at_its_end_is(accs):
+    """Held-out accuracy checks: ending on a rise (to 1.0 from at most 0.9) is not flat;
+    the same curve held at 1.0 for its last quarter is."""
+    rising = [*accs, 1.0]
+    assert not flattened([[i + 1, a] for i, a in enumerate(rising)])
+    held = [*accs, *[1.0] * (len(accs) + 2)]
+    assert flattened([[i + 1, a] for i, a in enumerate(held)])
+
+
+def test_resolved_needs_every_seed_flat_and_the_seeds_to_agree():
+    flat_high = [[i, 0.95] for i in range(1, 9)]
+    flat_low = [[i, 0.12] for i in range(1, 9)]
+    rising = [[i, 0.1 * i] for i in range(1, 9)]
+    assert resolved([flat_high, flat_high]) and resolved([flat_low])
+    assert not resolved([rising])  # still in its transition
+    assert not resolved([flat_high, flat_low])  # one seed clicked, the other not
+    assert resolved([flat_high, [[i, 0.95 - AGREE + 0.01] for i in range(1, 9)]])

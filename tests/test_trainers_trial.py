@@ -20,6 +20,7 @@ from archsearch.arch import ArchConfig
 from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
 from archsearch.metrics import PROBE_TASKS
+from archsearch.trainers import probes
 from archsearch.trainers import trial as T
 from archsearch.trainers.trial import TrainConfig, run_trial, train_tokens
 
@@ -270,3 +271,27 @@ def re_search(pattern: str, text: str | None) -> bool:
     import re
 
     return bool(text and re.search(pattern, text))
+
+
+def test_a_probe_task_at_several_seeds_reports_their_mean_spread_and_whether_it_resolved(
+    cfg, tmp_path
+):
+    probe_cfg = cfg.replace(
+        objective="probe",
+        probe_tasks=("recall",),
+        probe_steps=32,
+        probe_seeds=2,
+        probe_seq_len=32,
+        probe_batch_size=16,
+        probe_eval_size=32,
+    )
+    r = run_trial(tiny(), probe_cfg, run_dir=tmp_path)
+    got = r.probes["recall"]
+    assert len(got["accs"]) == 2 and got["acc"] == pytest.approx(sum(got["accs"]) / 2)
+    assert got["acc_std"] == pytest.approx(abs(got["accs"][0] - got["accs"][1]) / math.sqrt(2))
+    assert [len(c) for c in got["acc_curves"]] == [8, 8]  # checked as it trained
+    assert all(c[-1] == [32, a] for c, a in zip(got["acc_curves"], got["accs"]))
+    assert got["resolved"] == probes.resolved(got["acc_curves"])
+    # seed 0 of two is the run of one seed: the same model, data and accuracy
+    one = run_trial(tiny(), probe_cfg.replace(probe_seeds=1), run_dir=tmp_path / "one")
+    assert one.probes["recall"]["accs"] == got["accs"][:1]

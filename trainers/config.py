@@ -88,6 +88,15 @@ class Device(Choice):
     mps = "mps"
 
 
+class LrSearch(Choice):
+    """How a trial finds its peak learning rate: `off` trains at `lr`; `halving` searches
+    `lr_grid` by successive halving within `lr_search_share` of the budget
+    (`archsearch.trainers.lr_search`)."""
+
+    off = "off"
+    halving = "halving"
+
+
 class Objective(Choice):
     """What a trial is scored on: LM validation loss, synthetic probe accuracy, or both."""
 
@@ -162,9 +171,30 @@ class TrainConfig:
         metadata={"help": "tokens per sequence (at most the architecture's max_seq_len)"},
     )
     # optimizer: AdamW, decoupled weight decay on matrices (nanoGPT's grouping)
-    lr: float = field(default=1e-3, metadata={"help": "peak learning rate (AdamW)"})
+    lr: float = field(
+        default=1e-3,
+        metadata={
+            "help": "peak learning rate (AdamW); with lr_search, the rate searched replaces it"
+        },
+    )
     min_lr: float | None = field(
         default=None, metadata={"help": "final learning rate; default lr / 10"}
+    )
+    # fair trials: each candidate at the rate it trains best at (archsearch.trainers.lr_search)
+    lr_search: LrSearch = field(
+        default=LrSearch.off,
+        metadata={
+            "help": "off (train at lr) | halving (successive halving over lr_grid first, "
+            "within lr_search_share of the budget; the trial trains at the rate chosen)"
+        },
+    )
+    lr_grid: tuple[float, ...] = field(
+        default=(1e-3, 2e-3, 4e-3, 8e-3),
+        metadata={"help": "lr_search: the peak learning rates searched (log-spaced)"},
+    )
+    lr_search_share: float = field(
+        default=0.15,
+        metadata={"help": "lr_search: the share of the trial's training budget the search spends"},
     )
     weight_decay: float = field(default=0.1, metadata={"help": "on matrices and embeddings only"})
     beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
@@ -251,6 +281,13 @@ class TrainConfig:
     )
     probe_steps: int = field(
         default=300, metadata={"help": "training steps per probe task (a fresh model each)"}
+    )
+    probe_seeds: int = field(
+        default=1,
+        metadata={
+            "help": "fresh models per probe task (seeds seed..seed+N-1): accuracy is their "
+            "mean, with the spread"
+        },
     )
     probe_batch_size: int = field(default=32, metadata={"help": "probe sequences per step"})
     probe_seq_len: int = field(default=128, metadata={"help": "tokens per probe sequence"})
@@ -372,7 +409,13 @@ class TrainConfig:
         parse_budget(self.budget)
         for key in ("batch_size", "seq_len", "threads", "eval_batches", "log_every"):
             _positive(self, key)
-        for key in ("probe_steps", "probe_batch_size", "probe_seq_len", "probe_eval_size"):
+        for key in (
+            "probe_steps",
+            "probe_seeds",
+            "probe_batch_size",
+            "probe_seq_len",
+            "probe_eval_size",
+        ):
             _positive(self, key)
         if self.micro_batch_size is not None:
             _positive(self, "micro_batch_size")
@@ -392,6 +435,24 @@ class TrainConfig:
                 raise UserError(f"must lie in [0, 1), got {getattr(self, key)}", key=key)
         if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
             raise UserError(f"must lie in [0, lr={self.lr}], got {self.min_lr}", key="min_lr")
+        if not self.lr_grid or any(not (math.isfinite(r) and r > 0) for r in self.lr_grid):
+            raise UserError(
+                f"must be a non-empty list of positive rates, got {list(self.lr_grid)}",
+                key="lr_grid",
+            )
+        if len(set(self.lr_grid)) != len(self.lr_grid):
+            raise UserError(f"lists a rate twice: {list(self.lr_grid)}", key="lr_grid")
+        searched = self.lr_search != LrSearch.off
+        if searched and self.min_lr is not None and self.min_lr > min(self.lr_grid):
+            raise UserError(
+                f"must be at most the lowest rate of lr_grid ({min(self.lr_grid):g}), "
+                f"got {self.min_lr}",
+                key="min_lr",
+            )
+        if not 0 < self.lr_search_share <= 1:
+            raise UserError(
+                f"must lie in (0, 1], got {self.lr_search_share}", key="lr_search_share"
+            )
         self.lr_schedule  # noqa: B018 - validates warmup, decay, constant
         if self.bpe_vocab_size is not None and self.bpe_vocab_size < tokenizer.MIN_BPE_VOCAB:
             raise UserError(

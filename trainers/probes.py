@@ -43,6 +43,12 @@ from archsearch.errors import UserError
 from archsearch.metrics import PROBE_TASKS
 
 IGNORE = -1  # target value of unscored positions (cross-entropy ignore_index)
+# a probe's held-out accuracy is checked CHECKS times over its training; it has flattened when
+# it rose by at most FLAT over the last quarter of those checks, and the seeds of a task agree
+# when their final accuracies lie within AGREE of each other
+CHECKS = 8
+FLAT = 0.02
+AGREE = 0.2
 EVAL_SEED = 20240229  # evaluation sets and the memorization map do not depend on the trial seed
 NOISE_FRACTION = 0.2
 MAX_MOTIF = 3
@@ -203,3 +209,20 @@ class Probe:
     def train_rng(self, seed: int) -> np.random.Generator:
         """The training stream of a trial: disjoint from the evaluation stream."""
         return np.random.default_rng([seed, PROBE_TASKS.index(self.task), 0])
+
+
+def flattened(acc_curve: list[list[float]]) -> bool:
+    """Whether a probe's held-out accuracy (`[step, accuracy]` checks, in order) has stopped
+    rising: it rose by at most `FLAT` from the first of its last quarter of checks."""
+    tail = [acc for _, acc in acc_curve[-max(2, len(acc_curve) // 4 + 1) :]]
+    return max(tail) - tail[0] <= FLAT
+
+
+def resolved(acc_curves: list[list[list[float]]]) -> bool:
+    """Whether a probe task trained at several seeds has left its learning transition: every
+    seed's accuracy has flattened and the seeds' final accuracies agree within `AGREE`. Recall
+    tasks learn in a phase transition (accuracy sits on a plateau, then "clicks"); a task whose
+    seeds are still rising, or of which some have clicked and others not, measures where in
+    the transition the budget ended, not the mixer, and ranks nothing."""
+    finals = [curve[-1][1] for curve in acc_curves]
+    return all(flattened(c) for c in acc_curves) and max(finals) - min(finals) <= AGREE

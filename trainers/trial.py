@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -50,8 +51,8 @@ import torch.nn.functional as F
 from archsearch.arch import ArchConfig
 from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
-from archsearch.trainers import checkpoint
-from archsearch.trainers.config import Budget, TrainConfig, parse_budget
+from archsearch.trainers import checkpoint, lr_search
+from archsearch.trainers.config import Budget, LrSearch, TrainConfig, parse_budget
 from archsearch.trainers.data import Batches, Corpus, eval_windows, load_corpus
 from archsearch.trainers.device import (
     Placement,
@@ -63,7 +64,7 @@ from archsearch.trainers.device import (
     to_cpu,
     to_device,
 )
-from archsearch.trainers.probes import IGNORE, Probe
+from archsearch.trainers.probes import CHECKS, IGNORE, Probe, resolved
 
 __all__ = ["Placement", "TrainConfig", "TrialFailed", "TrialResult", "run_trial", "train_tokens"]
 
@@ -97,6 +98,8 @@ class TrialResult:
     evals: list[dict[str, float]] = field(default_factory=list)
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed_from_step: int | None = None
+    # lr_search: the rate search run before training (`lr_search.RateSearch.to_dict`)
+    lr_search: dict[str, Any] | None = None
     # where it ran: device, workers, precision, compile, micro batches, peak device memory
     execution: dict[str, Any] = field(default_factory=dict)
     key: str = ""
@@ -337,14 +340,120 @@ def run_trial(
     state = checkpoint.load_checkpoint(run_dir) if resume else None
     if state is not None:
         _check_key(state["key"], key, run_dir)
+    search = None
+    if cfg.lr_search != LrSearch.off:
+        search = _rate_search(arch, cfg, run_dir, placement, progress, resume)
+        if search.chosen is None:
+            return _search_failed(arch, cfg, key, search, run_dir)
     with torch_threads(cfg.threads):
-        trial = _Trial(arch, cfg, run_dir, key, report, progress)
+        trained = cfg if search is None else cfg.replace(lr=search.chosen)
+        trial = _Trial(arch, trained, run_dir, key, report, progress)
         trial.device, trial.placement = device, placement or Placement()
         result = trial.run(state)
+    if search is not None:
+        result.config = cfg.to_dict()
+        result.lr_search = search.to_dict()
+        result.wall_s += search.wall_s
     if rank == 0:
         checkpoint.save_json(saved, result.to_dict())
         if not cfg.keep_checkpoint:
             (run_dir / checkpoint.CHECKPOINT).unlink(missing_ok=True)
+    return result
+
+
+SEARCH_FILE = "lr_search.json"  # a finished rate search, in the trial's run directory
+SEARCH_DIR = "lr_search"  # its short runs while it runs
+
+
+def _rate_search(
+    arch: ArchConfig,
+    cfg: TrainConfig,
+    run_dir: Path,
+    placement: Placement | None,
+    progress: Progress | None,
+    resume: bool,
+) -> lr_search.RateSearch:
+    """The trial's rate search (`archsearch.trainers.lr_search`): read back when it finished
+    before (a resumed trial does not search again), else run, each short run in its own
+    folder under `run_dir/lr_search/` (a killed search resumes after its finished runs)."""
+    saved = run_dir / SEARCH_FILE
+    if resume and saved.is_file():
+        try:
+            return lr_search.RateSearch.from_dict(json.loads(saved.read_text()))
+        except (ValueError, TypeError, KeyError) as err:
+            raise UserError(
+                f"cannot read the trial's finished rate search ({type(err).__name__}: {err}); "
+                "remove it to search again",
+                source=str(saved),
+            ) from None
+    tokens = train_tokens(arch, cfg)
+    per_step = cfg.batch_size * cfg.seq_len
+    if tokens is None:
+        plan = lr_search.plan_search(
+            cfg.lr_grid, cfg.parsed_budget.amount, cfg.lr_search_share, "time"
+        )
+    else:
+        plan = lr_search.plan_search(cfg.lr_grid, tokens // per_step, cfg.lr_search_share, "steps")
+    n_runs = sum(plan.survivors(i) for i in range(len(plan.amounts)))
+
+    def train(lr: float, budget: str, round_: int) -> lr_search.SearchRun:
+        short = cfg.replace(
+            lr=lr, lr_search=LrSearch.off, budget=budget, eval_at=(1.0,), keep_checkpoint=False
+        )
+        where = run_dir / SEARCH_DIR / f"lr{lr:g}-{budget.replace(':', '')}"
+        done = len(list((run_dir / SEARCH_DIR).glob(f"*/{checkpoint.RESULT}")))
+
+        def tell(fraction: float, info: dict[str, Any]) -> None:
+            if progress:
+                progress(fraction, {**info, "phase": f"lr search {done + 1}/{n_runs} (lr {lr:g})"})
+
+        got = run_trial(
+            arch, short, run_dir=where, resume=resume, progress=tell, placement=placement
+        )
+        score = got.metrics.get("val_loss") if cfg.trains_lm else _probe_loss(got)
+        ok = got.status == "completed" and score is not None and math.isfinite(score)
+        return lr_search.SearchRun(
+            lr=lr,
+            round=round_,
+            budget=budget,
+            score=float(score) if ok else math.inf,
+            tokens=got.tokens,
+            flops=got.flops,
+            wall_s=got.wall_s,
+            reason="" if ok else (got.failure_reason or "no finite validation loss"),
+        )
+
+    search = lr_search.run_search(plan, train, share=cfg.lr_search_share)
+    if _world()[0] == 0:
+        checkpoint.save_json(saved, search.to_dict())
+        shutil.rmtree(run_dir / SEARCH_DIR, ignore_errors=True)
+    return search
+
+
+def _probe_loss(result: TrialResult) -> float | None:
+    """A probe-only run's score: its mean held-out probe loss (nats per scored token)."""
+    losses = [p["loss"] for p in result.probes.values()]
+    return float(np.mean(losses)) if losses else None
+
+
+def _search_failed(
+    arch: ArchConfig, cfg: TrainConfig, key: str, search: lr_search.RateSearch, run_dir: Path
+) -> TrialResult:
+    """A trial whose every searched rate diverged: failed, with the search kept."""
+    reasons = "; ".join(f"lr {r.lr:g}: {r.reason}" for r in search.runs[: len(search.grid)])
+    result = TrialResult(
+        status="failed",
+        arch_name=arch.name,
+        arch_hash=arch.arch_hash,
+        budget=cfg.budget,
+        failure_reason=f"every rate of lr_grid failed in the rate search ({reasons})",
+        key=key,
+        config=cfg.to_dict(),
+        lr_search=search.to_dict(),
+        wall_s=search.wall_s,
+    )
+    if _world()[0] == 0:
+        checkpoint.save_json(run_dir / checkpoint.RESULT, result.to_dict())
     return result
 
 
@@ -665,7 +774,29 @@ class _Trial:
             r.fraction = 1.0
 
     def _train_probe(self, probe: Probe, index: int) -> dict[str, Any]:
-        """Train a fresh model on one probe task. With `probe_untied_head` (the default) the
+        """Train fresh models on one probe task, one per seed of `probe_seeds`, and score each
+        by held-out accuracy, checked `probes.CHECKS` times as it trains: the task's accuracy is
+        their mean, with the spread over seeds, and `resolved` says whether the task has left
+        its learning transition (`probes.resolved`)."""
+        cfg = self.cfg
+        runs = [
+            self._train_probe_seed(probe, index, cfg.seed + k, k) for k in range(cfg.probe_seeds)
+        ]
+        accs = [run["acc"] for run in runs]
+        return {
+            "acc": float(np.mean(accs)),
+            "acc_std": float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0,
+            "accs": accs,
+            "resolved": resolved([run["acc_curve"] for run in runs]),
+            "loss": float(np.mean([run["loss"] for run in runs])),
+            "steps": cfg.probe_steps,
+            "train_s": sum(run["train_s"] for run in runs),
+            "curve": runs[0]["curve"],
+            "acc_curves": [run["acc_curve"] for run in runs],
+        }
+
+    def _train_probe_seed(self, probe: Probe, index: int, seed: int, k: int) -> dict[str, Any]:
+        """One fresh model on one probe task. With `probe_untied_head` (the default) the
         candidate gets an untied LM head: a small model whose head is its embedding scores the
         input token itself highly, which on recall tasks (the query key is the input, the value
         the answer) stalls every mixer at the same plateau and hides what the probes measure,
@@ -674,7 +805,7 @@ class _Trial:
         arch = self.arch
         if cfg.probe_untied_head and arch.tie_embeddings:
             arch = dataclasses.replace(arch, tie_embeddings=False)
-        model = _build(arch, cfg.seed).to(self.device)
+        model = _build(arch, seed).to(self.device)
         self.result.n_params = sum(p.numel() for p in model.parameters())
         run = _Runner(
             model,
@@ -684,9 +815,10 @@ class _Trial:
             str(cfg.precision),
             cfg.grad_clip,
         )
-        rng = probe.train_rng(cfg.seed)
+        rng = probe.train_rng(seed)
         schedule = cfg.lr_schedule
-        curve, window = [], []
+        curve, window, acc_curve = [], [], []
+        check_every = max(1, cfg.probe_steps // CHECKS)
         t_start = time.perf_counter()
         model.train()
         for step in range(cfg.probe_steps):
@@ -699,16 +831,20 @@ class _Trial:
                 curve.append([step + 1, float(np.mean(window))])
                 window.clear()
                 if self.progress:
-                    done = (index + (step + 1) / cfg.probe_steps) / len(cfg.probe_tasks)
+                    part = (k + (step + 1) / cfg.probe_steps) / cfg.probe_seeds
+                    done = (index + part) / len(cfg.probe_tasks)
                     info = {"phase": f"probe {probe.task}", "step": step + 1, "loss": curve[-1][1]}
                     info["steps"] = cfg.probe_steps
                     self.progress(done, info)
+            if (step + 1) % check_every == 0 and step + 1 < cfg.probe_steps:
+                acc_curve.append([step + 1, evaluate_probe(model, probe, cfg, self.device)[0]])
         acc, loss = evaluate_probe(model, probe, cfg, self.device)
+        acc_curve.append([cfg.probe_steps, acc])
         self._sample_rss()
         return {
             "acc": acc,
             "loss": loss,
-            "steps": cfg.probe_steps,
             "train_s": time.perf_counter() - t_start,
             "curve": curve,
+            "acc_curve": acc_curve,
         }

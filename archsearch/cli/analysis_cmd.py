@@ -137,12 +137,16 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
     assert ArchConfig.from_yaml(preset).arch_hash == arch.arch_hash  # it reads back the same
     recipe = None
     if data.meta.get("train") is not None:
+        from archsearch.trainers.lr_search import at_trained_rate, trained_rate
+
+        rate = trained_rate(r.attrs.get("lr_search"))
         recipe = write_recipe(
             preset,
-            data.meta["train"],
+            at_trained_rate(data.meta["train"], r.attrs.get("lr_search")),
             [
                 f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
                 "ran it.",
+                *([f"# lr: the rate its learning-rate search chose ({rate:g})"] if rate else []),
                 f"# archsearch train arch={preset} reads it; key=value on the command line wins.",
             ],
         )

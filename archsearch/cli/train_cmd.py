@@ -122,6 +122,18 @@ def _summary(con, r) -> None:
     rows += [
         [escape(k), output.fmt_value(v)] for k, v in r.metrics.items()
     ]  # `[task]` is no markup
+    if r.lr_search:
+        s = r.lr_search
+        chosen = f"{s['chosen']:g}" if s.get("chosen") else "none (every rate failed)"
+        grid = ", ".join(f"{lr:g}" for lr in s["grid"])
+        share = f", {s['tokens'] / r.tokens:.0%} of the trial's tokens" if r.tokens else ""
+        rows.append(["learning rate", f"{chosen}, searched over {grid}"])
+        rows.append(
+            [
+                "rate search",
+                f"{len(s['runs'])} short runs, {output.human(s['tokens'])} tokens{share}",
+            ]
+        )
     if r.resumed_from_step is not None:
         rows.append(["resumed from step", r.resumed_from_step])
     con.print(output.table("trial", ["", "value"], rows))

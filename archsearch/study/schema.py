@@ -22,6 +22,9 @@ Trial user attributes (small ones first, so optuna-dashboard shows them):
                 budget (`val_loss[tokens=100M]`) from the trial's curve, with its 1-sigma error
   execution     where it trained: device, the GPU ids Ray assigned, workers and their devices,
                 precision, micro batch, compile outcome, peak device memory
+  lr_search     the trial's learning-rate search (`train.lr_search`): the grid, each short run
+                (rate, round, budget, validation loss), the rate chosen, and the tokens, FLOPs
+                and seconds it spent besides the trial's own training
   duplicate_of, duplicate_values  a duplicate (the same architecture as an earlier trial, not
                 trained again): the earlier trial and its objective values. Stored PRUNED, so
                 optuna-dashboard's Pareto view shows each architecture once (studies written
@@ -88,6 +91,7 @@ JSON_ATTRS = (
     "confirm_values",
     "confirm_train",
     "predicted",
+    "lr_search",
 )
 
 

@@ -249,6 +249,7 @@ def result_attrs(res: dict[str, Any]) -> dict[str, Any]:
         "probes": res.get("probes", {}),
         "metrics": res.get("metrics", {}),
         "execution": res.get("execution", {}),
+        **({"lr_search": res["lr_search"]} if res.get("lr_search") else {}),
     }
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "replicate_jobs",
     "run_jobs",
     "scaled_budget",
+    "trained_as",
     "training_index",
 ]
 
@@ -217,11 +218,19 @@ def replicate_jobs(
     first two Pareto layers (the front and its near neighbours)."""
     base = int(train["seed"])
     return [
-        RetrainJob(Status.REPLICATE, r.number, {**train, "seed": base + k})
+        RetrainJob(Status.REPLICATE, r.number, {**trained_as(train, r), "seed": base + k})
         for layer in pareto_layers(records, directions, 2)
         for r in layer
         for k in range(1, replicates)
     ]
+
+
+def trained_as(train: dict[str, Any], record: TrialRecord) -> dict[str, Any]:
+    """The study's settings as `record` trained under them: at the rate its rate search chose
+    (`train.lr_search`), which replicates and confirmations reuse rather than search again."""
+    from archsearch.trainers.lr_search import at_trained_rate
+
+    return at_trained_rate(train, record.attrs.get("lr_search"))
 
 
 def confirm_jobs(
@@ -262,7 +271,7 @@ def confirm_jobs(
         "seed": int(train["seed"] if seed is None else seed),
     }
     return [
-        RetrainJob(Status.CONFIRMATION, r.number, settings, float(factor))
+        RetrainJob(Status.CONFIRMATION, r.number, trained_as(settings, r), float(factor))
         for r in sorted([*front, *picked], key=lambda r: r.number)
     ]
 
