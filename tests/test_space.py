@@ -421,7 +421,7 @@ def test_shipped_spaces_train_blocks_are_valid_trial_settings(name):
 
     sp = load_space(name)
     cfg = TrainConfig.from_dict(sp.train, source=sp.source, prefix="train")
-    if name == "edge_125m":  # the cluster recipe: FLOPs-matched, seed PLM Table 17's optimiser
+    if name == "edge_125m":  # the cluster recipe: FLOPs-matched, [PLM] Table 17's optimiser
         assert cfg.parsed_budget.kind == "flops" and cfg.seq_len == 4096
         assert (cfg.lr, cfg.min_lr, cfg.weight_decay, cfg.beta2) == (5e-4, 5e-6, 0.1, 0.95)
         assert cfg.data[0].startswith("shards:")

@@ -270,10 +270,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """The `archsearch` program: `main`, then exit without a last garbage collection. Over
-    the objects a command's imports leave (torch, Ray, Optuna, plotly), the interpreter's
-    collection at exit took 2-6 s after a sweep's output was all written (this project's Xeon
-    VM). `gc.freeze()` leaves them to the operating system: by then the study and files are
-    closed, and atexit handlers still run."""
+    the many objects a command's imports leave (torch, Ray, Optuna, plotly), the interpreter's
+    collection at exit can take seconds after a sweep's output is all written. `gc.freeze()`
+    leaves them to the operating system: by then the study and files are closed, and atexit
+    handlers still run."""
     import gc
 
     code = main()

@@ -157,7 +157,7 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
 
 
 def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> None:
-    """Memory and latency against sequence length (the seed MCSD Figs. 5-7 kind of picture),
+    """Memory and latency against sequence length (the [MCSD] Figs. 5-7 kind of picture),
     saved as a PNG (`length_figure`)."""
     fig = length_figure(curves, labels, device, cfg)
     path.parent.mkdir(parents=True, exist_ok=True)

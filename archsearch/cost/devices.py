@@ -96,8 +96,8 @@ class WorkingSetBands:
     decode state, `kernel_latency.working_set`): `edges` (increasing) split working sets into
     len(edges) + 1 bands, band i holding `n[i]` predictions whose 90th percentile of |error| is
     `p90[i]` (and its upper bound `bound[i]`: `Validation.bound`). A prediction misses by more
-    near the edge of a shared cache, whose share a VM's neighbours move, than well inside or
-    beyond it (`archsearch.cost.kernel_fit`)."""
+    near the edge of a shared cache, whose share the machine's other tenants move, than well
+    inside or beyond it (`archsearch.cost.kernel_fit`)."""
 
     edges: tuple[float, ...]  # bytes
     p90: tuple[float, ...]
