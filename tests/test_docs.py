@@ -15,6 +15,7 @@ server, Ray cluster and shards, its `ray start` lines start that private cluster
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shlex
@@ -158,6 +159,50 @@ def test_every_yaml_block_parses(page):
     for lang, text in fenced(page):
         if lang == "yaml":
             yamlio.loads(text, source=str(page))
+
+
+# ---- the README ------------------------------------------------------------------------------
+
+# the README's tour commands cheap enough to run here, whose printed output it quotes
+QUOTED = ("archsearch space show", "archsearch prune")
+
+
+def test_the_readme_is_a_landing_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    blocks = [text for lang, text in fenced(ROOT / "README.md") if lang == "bash"]
+    assert blocks[0].split("#")[0].split() == ["make", "run"]
+    assert [c.split()[0:2] for c in commands(blocks[0])] == [["make", "run"], ["make", "test"]]
+    image = re.search(r"!\[[^]]*\]\(([^)]+)\)", readme).group(1)
+    assert (ROOT / image).is_file()
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / link).is_file(), link
+
+
+def _quoted_outputs() -> list[tuple[str, str]]:
+    """(command, the output the README prints under it) for the tour's cheap commands."""
+    blocks = fenced(ROOT / "README.md")
+    out = []
+    for (lang, text), (next_lang, shown) in itertools.pairwise(blocks):
+        if lang == "bash" and next_lang == "text":
+            line = commands(text)[0]
+            if line.startswith(QUOTED):
+                out.append((line, shown))
+    return out
+
+
+@pytest.mark.parametrize(("line", "shown"), _quoted_outputs())
+def test_the_readme_tour_quotes_what_the_commands_print(line, shown, capsys):
+    """Every line the README shows under `space show` and `prune` is in what they print now:
+    its plain lines (durations aside), and every cell of its table rows."""
+    assert main(shlex.split(line)[1:]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    for text in shown.splitlines():
+        if text.strip() in ("", "...") or "/" in text:
+            continue
+        parts = text.split("│") if "│" in text else [re.sub(r"\(\d[\d.]* m?s\)", "", text)]
+        for part in parts:
+            assert " ".join(part.split()) in printed, (line, part)
 
 
 # ---- the tutorials, end to end ----------------------------------------------------------------

@@ -399,10 +399,11 @@ def test_every_enumerated_tiny_candidate_builds():
         assert ("attention.kv_rank" in c.assignment) == (c.assignment["attention.kind"] == "mla")
 
 
-def test_readme_worked_example_is_what_the_readme_says(tmp_path):
+def test_the_tutorials_worked_example_is_what_the_tutorial_says(tmp_path):
+    """docs/tutorials/own-space.md: its space's size and the one rejection it explains."""
     import re
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "tutorials" / "own-space.md").read_text()
     block = re.search(r"```yaml\n(# my_space.yaml.*?)```", readme, re.S).group(1)
     path = tmp_path / "my_space.yaml"
     path.write_text(block)
