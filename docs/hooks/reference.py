@@ -234,6 +234,9 @@ def space_language() -> str:
         f"```yaml\n{example}```",
         "## Top-level keys",
         table(["key", "what it holds"], keys),
+        "## Shipped spaces",
+        "Named by their stem (`search_space=tiny`); your own by path (`space_file=./mine.yaml`).",
+        _shipped_spaces(),
         "## Values: Hydra's sweep grammar",
         "Parameter values are parsed by Hydra's override parser, so a user of Hydra's Optuna "
         "sweeper reads them as written. Each row is parsed by the space loader, and its "
@@ -264,6 +267,17 @@ def space_language() -> str:
         if section:
             parts += [f"### `{f.name}`", doc(section[0]), _arch_table(section[0], f.name)]
     return "\n\n".join(parts) + "\n"
+
+
+def _shipped_spaces() -> str:
+    from archsearch.resources import shipped_names, spaces_dir
+    from archsearch.space import count, load_space
+
+    rows = []
+    for name in shipped_names(spaces_dir()):
+        space = load_space(name)
+        rows.append([code(name), space.description, f"{count(space):,}"])
+    return table(["space", "what varies", "assignments"], rows)
 
 
 def _arguments(fn: Callable) -> str:
