@@ -9,7 +9,7 @@ of `conf/` and `search_spaces/` for what ages the day it is written:
 
 Measured figures live in `benchmarks/results/` and on the benchmarks page; history in git.
 Everywhere (strings and data included), a work is cited by its bibliography key (`[PLM] eq. 6`),
-never as "[PLM]", and every key cited is in docs/bibliography.md.
+never as "seed PLM", and every key cited is in docs/bibliography.md.
 """
 
 from __future__ import annotations
