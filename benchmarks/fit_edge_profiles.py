@@ -5,7 +5,7 @@ and quantization Levels") measures eight models on five devices in FP16, Q8 and 
 throughput over a 512-token prompt and generation throughput over 128 tokens (llama.cpp). The
 models are the presets `glm_edge_4b`, `nemotron_4b`, `minicpm3_4b`, `minicpm_2b`,
 `glm_edge_1_5b`, `plm_1_8b`, `fox_1_6b`, `index_1_9b` (conf/arch/*.yaml: shapes from the
-models' published configs, each cited there; the seed's Tables 9 and 11 give layers, width,
+models' published configs, each cited there; [PLM] Tables 9 and 11 give layers, width,
 heads, attention, activation and size).
 
 For each device and compute class (fp16; int8 for q8 and q4) `archsearch.cost.fit` fits the
