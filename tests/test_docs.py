@@ -161,6 +161,13 @@ def test_every_yaml_block_parses(page):
             yamlio.loads(text, source=str(page))
 
 
+def test_the_python_api_example_runs(capsys):
+    blocks = [t for lang, t in fenced(DOCS / "reference" / "api" / "index.md") if lang == "python"]
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "docs/reference/api/index.md", "exec"), {})
+    assert capsys.readouterr().out.count(" ms\n") == 3
+
+
 # ---- the README ------------------------------------------------------------------------------
 
 # the README's tour commands cheap enough to run here, whose printed output it quotes
