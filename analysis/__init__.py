@@ -14,7 +14,7 @@ Modules, lowest first (each imports only those above it):
   finished sweep write (plots, Markdown/HTML reports, front.json);
 - `export`: a trial as an ArchConfig preset and a Hugging Face-style config.json;
 - `dashboard`: optuna-dashboard plus the archsearch front page;
-- `profile`: measured vs predicted memory, latency and throughput (seed MCSD Figs. 5-8); its
+- `profile`: measured vs predicted memory, latency and throughput ([MCSD] Figs. 5-8); its
   entry points (`profile`, `plot_all`, `summary_rows`) stay in the module, whose name the
   function `profile` would shadow here.
 """

@@ -1,4 +1,4 @@
-"""How far a sandbox study's answer holds at a larger budget (issue 12): the figures of its
+"""How far a sandbox study's answer holds at a larger budget: the figures of its
 confirmations (`archsearch confirm`, `archsearch.sweep.retrain`).
 
 For one confirmation (a budget factor, a corpus and a seed), over the trials it confirmed:

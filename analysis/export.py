@@ -5,7 +5,7 @@ maps to a known model type.
 The mapping is stated field by field. A model type is chosen from the layer pattern:
 
 - softmax attention only: `llama` (MHA/GQA/MQA with a gated FFN; `mistral` with a sliding
-  window; `mixtral` with MoE), `deepseek_v2` for MLA (seed PLM section 2 uses the same latent
+  window; `mixtral` with MoE), `deepseek_v2` for MLA ([PLM] section 2 uses the same latent
   KV design: `kv_lora_rank`, `qk_rope_head_dim`, ...);
 - linear mixers, pure or hybrid with softmax attention: the flash-linear-attention (fla) model
   types (`gla`, `retnet`, `delta_net`, `gated_deltanet`, `hgrn2`, `rwkv6`, `linear_attn`), whose

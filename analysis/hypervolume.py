@@ -1,6 +1,6 @@
 """Exact hypervolume and the non-dominated filter, all axes minimised, through `moocore`.
 
-moocore (López-Ibáñez et al.) implements the literature's best exact algorithms in C: the
+moocore ([moocore]) implements the literature's best exact algorithms in C: the
 hypervolume in 3-D by HV3D+ (Guerreiro and Fonseca 2018, O(n log n)), in 4-D by HV4D+ and
 beyond by WFG-style slicing; non-dominance in O(n log n) for two and three axes. A 100,000-point
 3-D front takes tens of milliseconds where a Python sweep took seconds.

@@ -1,6 +1,5 @@
 """Seed noise: how far a training objective moves when the same architecture is trained again
-with another seed, pooled over a study, and the dominance test that allows for it (issue 12,
-item 1).
+with another seed, pooled over a study, and the dominance test that allows for it.
 
 - **Seeds of a trained trial**: the trial itself (the study's `train.seed`) and every replicate
   (`Status.REPLICATE`, attribute `replicate_of` = its number, its objective values in

@@ -1,5 +1,5 @@
 """Inference memory, latency and throughput against sequence length and batch size, measured on
-this machine and predicted for any device: the comparison of seed MCSD section 4 (Figs. 5-8:
+this machine and predicted for any device: the comparison of [MCSD] section 4 (Figs. 5-8:
 memory vs sequence length, latency vs batch size, throughput vs sequence length and vs batch
 size, after a 128-token prompt) for any set of architectures.
 
@@ -217,7 +217,7 @@ def profile(
     return out
 
 
-# ---- plots (seed MCSD Figs. 5-8) ----------------------------------------------------------------
+# ---- plots ([MCSD] Figs. 5-8) ----------------------------------------------------------------
 
 
 def _panels(results, devices: list[str]):

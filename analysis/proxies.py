@@ -1,4 +1,4 @@
-"""Cheap signals checked against the sandbox loss (issue 12, item 5): for each training
+"""Cheap signals checked against the sandbox loss: for each training
 objective of a study, Spearman's rho and Kendall's tau-b (`scipy.stats`) between the trained
 trials' sandbox values of it and each cheap signal the study stores, so a user learns which
 signal would have ranked the candidates as well for less.

@@ -19,3 +19,6 @@ commands that need neither torch nor ray (`archsearch space ...`) start quickly.
 """
 
 __version__ = "0.1.0"
+
+# the documentation site (mkdocs.yml's site_url); `archsearch <command> --help` ends with its page
+DOCS_URL = "https://archsearch.readthedocs.io/en/latest/"

@@ -7,13 +7,13 @@ architecture (an `LLLN` pattern or a 25% interleaved attention share at depth 12
 `gqa` with as many KV heads as heads; a defaulted `head_dim` or an explicit one) hash the same.
 
 Layers. Every layer is a pre-norm block with one sequence mixer and one channel mixer. The
-sequence mixer of layer i is a letter of the resolved layer pattern (seed Linear-MoE section 3.3
+sequence mixer of layer i is a letter of the resolved layer pattern ([Linear-MoE] section 3.3
 writes hybrids as `LLLN`):
 
 - `N`: softmax attention ("normal" transformer layer), configured by `attention`
-  (MHA/GQA/MQA through `n_kv_heads`, or MLA with `kv_rank`, seed PLM section 2);
-- `L`: a linear sequence mixer of the family `linear.family` (seed Linear-MoE Table 1);
-- `M`: the MCSD block (seed MCSD section 2.2), configured by `mcsd`.
+  (MHA/GQA/MQA through `n_kv_heads`, or MLA with `kv_rank`, [PLM] section 2);
+- `L`: a linear sequence mixer of the family `linear.family` ([Linear-MoE] Table 1);
+- `M`: the MCSD block ([MCSD] section 2.2), configured by `mcsd`.
 
 The pattern comes either from `layers.pattern` (tiled to the depth) or from `layers.mixer` with
 `layers.attention_share` of its layers replaced by softmax attention at `layers.placement`.
@@ -135,7 +135,7 @@ class LayersConfig:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """Softmax attention: MHA/GQA/MQA (`n_kv_heads`), or MLA (seed PLM section 2, App. D).
+    """Softmax attention: MHA/GQA/MQA (`n_kv_heads`), or MLA ([PLM] section 2, App. D).
 
     For MLA, `head_dim` is the per-head non-rotary query/key size (d_nope), `rope_dim` the
     decoupled rotary key size shared by all heads, `v_head_dim` the value size, `kv_rank` the
@@ -159,7 +159,7 @@ class AttentionConfig:
 @dataclass(frozen=True)
 class LinearConfig:
     """A linear sequence mixer of the unified recurrence M_s = Θ_s ◇ M_{s-1} + k_s^T v_s
-    (seed Linear-MoE eq. 5, Table 1).
+    ([Linear-MoE] eq. 5, Table 1).
 
     The value path is `expand * d_model` wide, split into `n_heads` heads of `value_dim`; each
     head keeps a `key_dim x value_dim` state (for mamba2 `key_dim` is d_state, shared by heads).
@@ -182,14 +182,14 @@ class LinearConfig:
 
 @dataclass(frozen=True)
 class MCSDConfig:
-    """The MCSD block (seed MCSD section 2.2): `n_channels` channels of width d_model / C."""
+    """The MCSD block ([MCSD] section 2.2): `n_channels` channels of width d_model / C."""
 
     n_channels: int = 8
 
 
 @dataclass(frozen=True)
 class FFNConfig:
-    """The channel mixer: gated (swiglu, geglu) or not (relu2 as in seed PLM eq. 3, gelu).
+    """The channel mixer: gated (swiglu, geglu) or not (relu2 as in [PLM] eq. 3, gelu).
 
     `d_ffn` defaults to 4 * d_model (non-gated) or 8/3 * d_model rounded up to 64 (gated).
     """
@@ -698,8 +698,9 @@ def _resolve_ffn(ffn: FFNConfig, d_model: int) -> FFNConfig:
 
 @functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
-    """`typing.get_type_hints(cls)`, evaluated once per class (the annotations are strings:
-    evaluating them took 0.2 ms per candidate, 5% of building one)."""
+    """`typing.get_type_hints(cls)`, evaluated once per class: under postponed annotations they
+    are strings, and evaluating them for every candidate built would be a noticeable share of
+    building one."""
     return typing.get_type_hints(cls)
 
 

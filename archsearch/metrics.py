@@ -107,7 +107,7 @@ METRICS: dict[str, MetricDef] = {
         "cost",
         "ms",
         {"device": None, "prompt": 512, "generate": 128, "precision": "fp16"},
-        "predicted prompt + generation time (seed PLM Table 12 setting)",
+        "predicted prompt + generation time ([PLM] Table 12 setting)",
     ),
     "val_loss": MetricDef(
         "train",

@@ -4,7 +4,7 @@
 
 Three byte-vocabulary models of equal size (2 layers, width 64, 2 heads, SwiGLU 128; about 84K
 parameters each): softmax attention in both layers (`NN`), a hybrid with one linear-attention
-layer under one attention layer (`LN`), and pure linear attention (`LL`, seed Linear-MoE
+layer under one attention layer (`LN`), and pure linear attention (`LL`, [Linear-MoE]
 Table 1's `linear_attention`: ELU+1 feature map, no decay, no output gate). Each is trained from
 the same seed on each probe task by `run_trial(objective="probe")` and scored by accuracy on
 the task's fixed held-out set (`archsearch.trainers.probes`).

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from archsearch import yamlio
-from archsearch.cost.calibrate import fit_half, write_profile
-from archsearch.cost.devices import load_device, parse_device
+from archsearch.cost.calibrate import fit_half
+from archsearch.cost.devices import load_device, parse_device, read_profile, write_profile
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = load_device(args.device)
     path = Path(device.path)
-    profile = yamlio.loads(path.read_text(), source=str(path))
+    profile = read_profile(path)
     half = fit_half(profile, args.repeats)
     fit = half["raw"]["fit"]
     print(

@@ -1,11 +1,11 @@
-"""Fit the five edge profiles to every model of seed PLM Table 12, with leave-one-out error.
+"""Fit the five edge profiles to every model of [PLM] Table 12, with leave-one-out error.
 
-Seed PLM Table 12 (../shared/seeds/003_*.txt, "Inference latency of LLMs on various hardware
+[PLM] Table 12 (../shared/seeds/003_*.txt, "Inference latency of LLMs on various hardware
 and quantization Levels") measures eight models on five devices in FP16, Q8 and Q4: prefill
 throughput over a 512-token prompt and generation throughput over 128 tokens (llama.cpp). The
 models are the presets `glm_edge_4b`, `nemotron_4b`, `minicpm3_4b`, `minicpm_2b`,
 `glm_edge_1_5b`, `plm_1_8b`, `fox_1_6b`, `index_1_9b` (conf/arch/*.yaml: shapes from the
-models' published configs, each cited there; the seed's Tables 9 and 11 give layers, width,
+models' published configs, each cited there; [PLM] Tables 9 and 11 give layers, width,
 heads, attention, activation and size).
 
 For each device and compute class (fp16; int8 for q8 and q4) `archsearch.cost.fit` fits the
@@ -34,7 +34,7 @@ from archsearch.arch import load_arch
 from archsearch.cost.devices import COMPUTE_CLASS_OF, load_device
 from archsearch.cost.fit import Throughput, fit_efficiency, leave_one_out, predict, validation
 
-SOURCE = "seed PLM Table 12 (prefill 512 / generate 128 tokens/s, llama.cpp)"
+SOURCE = "[PLM] Table 12 (prefill 512 / generate 128 tokens/s, llama.cpp)"
 # preset -> the model's name in the seed
 MODELS = {
     "glm_edge_4b": "GLM-Edge-4B",
@@ -47,7 +47,7 @@ MODELS = {
     "index_1_9b": "Index-1.9B",
 }
 DEVICES = ("nvidia_a10", "jetson_orin_nx", "apple_m3", "snapdragon_8gen3", "rpi5")
-# seed PLM Table 12: {precision: {"prefill"/"generate": {preset: tokens/s per device, in
+# [PLM] Table 12: {precision: {"prefill"/"generate": {preset: tokens/s per device, in
 # DEVICES order: A10, Orin NX, M3, Snapdragon 8 Gen 3, BCM2712}}}
 TABLE_12 = {
     "fp16": {
@@ -123,7 +123,7 @@ OVERHEAD = {"gpu": 1e-6, "cpu": 0.5e-6}
 # a figure the fit of the device's other figures misses by more than this factor is an outlier
 OUTLIER_FACTOR = 2.5
 METHOD = (
-    "leave-one-model-out over the 8 models of seed PLM Table 12 (fp16, q8, q4), outliers "
+    "leave-one-model-out over the 8 models of [PLM] Table 12 (fp16, q8, q4), outliers "
     "excluded (benchmarks/fit_edge_profiles.py)"
 )
 

@@ -1,6 +1,6 @@
 """`archsearch profile`: measured (a real prefill and decode of each model, in its own process)
 against predicted (the cost model) memory, latency and throughput vs sequence length and
-batch size, the seed MCSD Figs. 5-8 comparison. Tiny models and lengths keep it quick."""
+batch size, the [MCSD] Figs. 5-8 comparison. Tiny models and lengths keep it quick."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_measured_state_matches_the_cost_model_and_the_figures_are_written(archs
                 assert mp["time_s"] > 0 and mp["tokens_per_s"] > 0 and mp["step_ms"] > 0
         one, two = m["batches"]["1"]["points"], m["batches"]["2"]["points"]
         assert [q["state_bytes"] for q in two] == [2 * q["state_bytes"] for q in one]
-    # seed MCSD Fig. 5: the KV cache grows with the sequence, the MCSD state does not
+    # [MCSD] Fig. 5: the KV cache grows with the sequence, the MCSD state does not
     gqa = [q["state_bytes"] for q in by_name["small_gqa"]["measured"]["batches"]["1"]["points"]]
     mcsd = [q["state_bytes"] for q in by_name["small_mcsd"]["measured"]["batches"]["1"]["points"]]
     assert gqa[1] * (8 + 8) == gqa[0] * (8 + 16) and mcsd[0] == mcsd[1]

@@ -1,6 +1,6 @@
 """The analytic counts agree exactly with the real modules: parameters with sum(p.numel()),
 FLOPs with torch's FlopCounterMode (MATH SDPA backend) in every phase, state bytes with the
-tensors the decode path holds; and the seed papers' numbers are reproduced."""
+tensors the decode path holds; and the published numbers of [PLM], [MCSD] and [Linear-MoE] are reproduced."""
 
 from __future__ import annotations
 
@@ -258,7 +258,7 @@ def test_kv_cache_bytes_follow_seed_plm_eqs_6_and_7():
 @pytest.mark.parametrize(
     ("preset", "total", "active"),
     [
-        # seed Linear-MoE Table 2 names count non-embedding parameters
+        # [Linear-MoE] Table 2 names count non-embedding parameters
         ("linear_moe_a0_3b_2b", 2.0e9, 0.3e9),
         ("linear_moe_a0_3b_2b_hybrid", 2.0e9, 0.3e9),
         ("linear_moe_a1b_7b", 7.0e9, 1.0e9),

@@ -18,7 +18,13 @@ from studies import make_study
 
 from archsearch.arch import ArchConfig, AttentionConfig
 from archsearch.cli import main
-from archsearch.cost.devices import latency_errors, load_device, parse_device
+from archsearch.cost.devices import (
+    latency_errors,
+    load_device,
+    parse_device,
+    read_profile,
+    write_profile,
+)
 from archsearch.cost.evaluate import columns
 from archsearch.cost.kernel_latency import working_set
 from archsearch.cost.model import spec_errors
@@ -46,13 +52,11 @@ def profile(bands: dict | None = None):
 def banded(name: str, edges: list[float], p90: list[float]) -> str:
     """The shipped `local` profile (a kernel predictor) as the user profile `name`, its decode
     error `p90[i]` in the bands split at `edges` (bytes); returns the name."""
-    text = Path(load_device("local").path).read_text()
-    start, end = text.index("\nvalidation:\n") + 1, text.index("\nprovenance:\n") + 1
+    raw = read_profile(load_device("local").path)
     bands = {"edges": edges, "p90": p90, "n": [5] * len(p90)}
-    validation = {"ttft": TTFT, "decode": {**DECODE, "by_working_set": bands}}
-    text = text[:start] + yaml.safe_dump({"validation": validation}) + text[end:]
-    text = text.replace("\nname: local\n", f"\nname: {name}\n")
-    (Path(os.environ["ARCHSEARCH_DEVICE_DIR"]) / f"{name}.yaml").write_text(text)
+    raw["validation"] = {"ttft": TTFT, "decode": {**DECODE, "by_working_set": bands}}
+    raw["name"] = name
+    write_profile(raw, Path(os.environ["ARCHSEARCH_DEVICE_DIR"]) / f"{name}.yaml")
     return name
 
 

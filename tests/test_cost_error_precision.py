@@ -6,17 +6,21 @@ the shipped `local` states its kernel predictor's check at fp32 and its roofline
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archsearch.arch import load_arch
 from archsearch.cli import main
-from archsearch.cost.devices import describe_error, latency_error, load_device, parse_device
+from archsearch.cost.devices import (
+    describe_error,
+    latency_error,
+    load_device,
+    parse_device,
+    read_profile,
+)
 from archsearch.cost.evaluate import columns
 from archsearch.cost.kernel_timing import DTYPES
 from archsearch.cost.model import (
@@ -82,7 +86,7 @@ def test_unstated_precisions_cover_what_the_validated_predictor_prices():
     profile with a kernel predictor (which prices fp32 alone)."""
     roofline = profile({"decode": entry(0.2)})
     assert all(roofline.check("decode", p) is not None for p in PRECISIONS)
-    raw = yaml.safe_load(Path(load_device("local").path).read_text())
+    raw = read_profile(load_device("local").path)
     raw["validation"] = {"decode": entry(0.2), "ttft": entry(0.1)}
     kernel = parse_device(raw, source="local.yaml", default_name="local")
     assert kernel.check("decode", "fp32").error == 0.2

@@ -862,6 +862,10 @@ def test_calibrate_quick_writes_a_profile_the_cost_model_prices_with(tmp_path, c
     raw = json.loads(printed.out)["raw"]
     dev = load_device(str(out))
     assert dev.name == "local" and dev.prefill_logits == "all"
+    # the fitted arrays are data beside the settings: the YAML names them, the JSON holds them
+    assert (tmp_path / "local.fitted.json").is_file() and dev.kernels is not None
+    header = yamlio.load(out)
+    assert "kernels" not in header and header["fitted"]["file"] == "local.fitted.json"
     assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8
     assert 0 < dev.eff("fp32").op_overhead_s < 1e-3
 

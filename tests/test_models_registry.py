@@ -130,7 +130,7 @@ PRESET_SIZES = {
     "mcsd_3b": (3.0, None, None, 0.01),
     "linear_moe_a0_3b_2b": (None, 2.2, 0.32, 0.04),
     "linear_moe_a1b_7b": (None, 6.7, 1.07, 0.02),
-    # the other models of seed PLM Table 12 (sizes the presets' comments check)
+    # the other models of [PLM] Table 12 (sizes the presets' comments check)
     "glm_edge_1_5b": (1.59, None, None, 0.01),
     "glm_edge_4b": (4.33, None, None, 0.01),
     "nemotron_4b": (4.19, None, None, 0.01),

@@ -399,10 +399,11 @@ def test_every_enumerated_tiny_candidate_builds():
         assert ("attention.kv_rank" in c.assignment) == (c.assignment["attention.kind"] == "mla")
 
 
-def test_readme_worked_example_is_what_the_readme_says(tmp_path):
+def test_the_tutorials_worked_example_is_what_the_tutorial_says(tmp_path):
+    """docs/tutorials/own-space.md: its space's size and the one rejection it explains."""
     import re
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "tutorials" / "own-space.md").read_text()
     block = re.search(r"```yaml\n(# my_space.yaml.*?)```", readme, re.S).group(1)
     path = tmp_path / "my_space.yaml"
     path.write_text(block)
@@ -421,7 +422,7 @@ def test_shipped_spaces_train_blocks_are_valid_trial_settings(name):
 
     sp = load_space(name)
     cfg = TrainConfig.from_dict(sp.train, source=sp.source, prefix="train")
-    if name == "edge_125m":  # the cluster recipe: FLOPs-matched, seed PLM Table 17's optimiser
+    if name == "edge_125m":  # the cluster recipe: FLOPs-matched, [PLM] Table 17's optimiser
         assert cfg.parsed_budget.kind == "flops" and cfg.seq_len == 4096
         assert (cfg.lr, cfg.min_lr, cfg.weight_decay, cfg.beta2) == (5e-4, 5e-6, 0.1, 0.95)
         assert cfg.data[0].startswith("shards:")

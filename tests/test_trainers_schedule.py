@@ -44,7 +44,7 @@ def test_wsd_holds_the_peak_then_decays_to_min():
 
 
 def test_wsdc_ends_with_a_constant_phase_at_min_lr():
-    """Seed PLM section 4.2: warmup, stable at the peak, decay, then constant."""
+    """[PLM] section 4.2: warmup, stable at the peak, decay, then constant."""
     s = Schedule("wsdc", lr=3e-4, min_lr=3e-5, warmup=0.01, decay=0.2, constant=0.1)
     assert s(0.005) == pytest.approx(1.5e-4)
     assert s(0.5) == s(0.69) == 3e-4

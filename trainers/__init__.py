@@ -5,9 +5,9 @@ that give every candidate architecture its loss (or probe accuracy) for the Pare
 - `config`: `TrainConfig` and the budget syntax (`tokens:2M`, `flops:1e13`, `time:60s`, ...)
 - `data`: the embedded stdlib corpus, text files, Hugging Face datasets; memory-mapped tokens
 - `tokenizer`: byte (default), char, locally trained BPE
-- `probes`: MAD/Zoology-style synthetic tasks (recall, noisy_recall, fuzzy_recall,
+- `probes`: [MAD] / [Zoology]-style synthetic tasks (recall, noisy_recall, fuzzy_recall,
   selective_copy, compression, memorization)
-- `schedule`: warmup + cosine, WSD, WSDC (seed PLM section 4.2)
+- `schedule`: warmup + cosine, WSD, WSDC ([PLM] section 4.2)
 - `checkpoint`, `curves`: atomic checkpoints and results; loss-curve JSON/CSV/PNG
 
 Importing this package does not import torch; `trial` does.

@@ -1,7 +1,6 @@
 """Learning-curve extrapolation: the validation loss a recipe would reach at another budget.
 
-The law is the learning-rate-annealing scaling law of Tissue et al. (2024, "Scaling Law with
-Learning Rate Annealing", arXiv:2408.11029, eq. 1):
+The law is the learning-rate-annealing scaling law of [LR-Annealing] (eq. 1):
 
     L(s) = L0 + A * S1(s)^(-alpha) - C * S2(s)
 
@@ -14,9 +13,9 @@ and the last point of a longer run (after its cooldown) lie on one curve. A plai
 tokens fitted to the eval points of one cosine run would read the cooldown's drop as data
 scaling; this is why this law was chosen.
 
-Which parameters are whose (a choice, measured in `benchmarks/bench_loss_axis.py`): fitted to one
-sandbox run alone (78 steps on `search_small`), all four are not identified and a 10x
-extrapolation misses by 16-60%. So the shape `(L0, alpha, C)` is shared by the trials of a
+Which parameters are whose (a choice, checked by `benchmarks/bench_loss_axis.py`): a short
+sandbox run alone does not identify all four, and its extrapolation to 10x the budget misses
+widely. So the shape `(L0, alpha, C)` is shared by the trials of a
 study (one recipe, one corpus) and fitted jointly on all their curves, including the curves of
 confirmation runs at larger budgets (`archsearch confirm`), which are what pins the shape down
 beyond the sandbox; each architecture has its own amplitude `A`. A trial's prediction then
@@ -27,24 +26,23 @@ the same ground truth fitted without the size term, `PRIOR_WITHIN_RUN` (why: its
 
 The floor depends on model size (a choice, measured there too): a shared L0 says every
 architecture would reach the same loss with unlimited data, yet the capacity term of
-data-and-size laws (Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models",
-arXiv:2203.15556, eq. 2: L(N, D) = E + A/N^a + B/D^b) puts smaller models' floors higher. The
-floor is therefore L0 + k ln(N / 1M), N the trial's parameters, k shared: the capacity term
-linearised in ln N over the study's range of sizes (a power N^-g fitted the `search_small`
-ground truth no better for any g in 0.1-1). The sandbox alone hardly sees this term (at 160K
-tokens the data term dominates); confirmation runs pin it down. On `search_small`, with 12
-confirmed architectures, it cuts the error of the other 28 architectures' 10x loss from 9.9% to
-6.2% (bias +9.7% -> +5.1%); leave-one-out over all 40, from 6.9% to 4.7%. Runs without a
-parameter count are fitted without the term (k = 0).
+data-and-size laws ([Chinchilla] eq. 2: L(N, D) = E + A/N^a + B/D^b) puts smaller models'
+floors higher. The floor is therefore L0 + k ln(N / 1M), N the trial's parameters, k shared: the
+capacity term linearised in ln N over the study's range of sizes (a power N^-g fitted the
+`search_small` ground truth no better for any g in 0.1-1). The sandbox alone hardly sees this
+term (in a short run the data term dominates); confirmation runs pin it down, and with them the
+term lowers the error of the unconfirmed architectures' extrapolated loss
+(`benchmarks/bench_loss_axis.py`). Runs without a parameter count are fitted without the term
+(k = 0).
 
 Every prediction carries a 1-sigma error: the shape's measured relative error times the value,
 combined with the trial's own fit residual. Across budgets the error is measured leave-one-out
 (a confirmation run's final loss predicted from the other runs); within a run it depends on how
 much of the run has been seen, so it is measured per share seen (each trained run's final loss
 predicted from its eval points up to each earlier one, the RMS per quarter of the run) and
-interpolated: on the `search_small` ground truth a run's end predicted from its 25% point misses
-by 4-7% (RMS), from its 75% point by 2.5-4%, and one error for all shares (the error at the last
-point) put 12-40% of the runs' ends beyond 2 sigma of their 25%-point prediction.
+interpolated: a run's end predicted from its first quarter misses by more than from its third,
+and one error for all shares would put too many runs' ends beyond 2 sigma of an early
+prediction.
 Eval points before 20% of a run are left out (the warm-up transient is not on the law).
 
 Where a study holds confirmations at the target budget, `archsearch.trainers.transfer` corrects
@@ -80,7 +78,7 @@ __all__ = [
     "predict_loss",
 ]
 
-MOMENTUM = 0.999  # lambda of the annealing area (Tissue et al. 2024)
+MOMENTUM = 0.999  # lambda of the annealing area ([LR-Annealing])
 MIN_FRACTION = 0.2  # eval points before this share of a run are not fitted
 ALPHAS = np.linspace(0.02, 1.5, 75)  # the exponent's grid (the rest is linear given alpha)
 MAX_RUNS = 400  # runs a shape is fitted on (a seeded sample of larger studies)
@@ -132,10 +130,9 @@ PRIOR = CurveShape(
 )
 # the same ground truth fitted without the size term: the default of `predict_final` (the end of
 # the run being trained, as Pareto-aware early stopping asks). Kept because the rule's margins
-# were set and measured with it: with PRIOR the rule predicts a run's end from its 25% point
-# with less bias (+0.3% against +1.7%), so it stops fewer trials, and the search-efficiency
-# benchmark's mean hypervolume at 25% of the compute fell from 0.889 to 0.783 (5 seeds each,
-# side by side; no true-front member stopped by either)
+# were set with it: with PRIOR the rule predicts a run's end from an early eval point with less
+# bias, so it stops fewer trials and the search reaches the front later
+# (`benchmarks/bench_search_efficiency.py` compares the two)
 PRIOR_WITHIN_RUN = CurveShape(
     floor=0.054,
     alpha=0.20,

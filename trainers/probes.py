@@ -1,5 +1,5 @@
-"""Synthetic probe tasks in the manner of MAD (Poli et al. 2024, "Mechanistic Design and Scaling
-of Hybrid Architectures") and Zoology's multi-query associative recall (MQAR).
+"""Synthetic probe tasks in the manner of [MAD] and [Zoology]'s multi-query associative recall
+(MQAR).
 
 Each task draws token sequences on the fly from a seeded generator and marks the positions that
 matter; a model is trained with next-token cross-entropy on those positions only and scored by
@@ -28,7 +28,7 @@ With `V = vocab_size` (64 by default, so any model with a vocabulary of at least
   weights. Every value is scored.
 
 Recall-type tasks separate mixers with exact retrieval (softmax attention, hybrids) from pure
-linear ones whose fixed-size state blurs many associations (seed Linear-MoE section 3.3 on why
+linear ones whose fixed-size state blurs many associations ([Linear-MoE] section 3.3 on why
 hybrids add attention layers).
 """
 

@@ -7,7 +7,7 @@ serves every budget kind. All schedules warm up linearly from 0 to the peak over
 - `cosine`: then cosine decay to `min_lr` at t = 1 (nanoGPT, GPT-3).
 - `wsd`: warmup-stable-decay: hold the peak, then decay linearly to `min_lr` over the last
   `decay` of training.
-- `wsdc`: warmup-stable-decay-constant (seed PLM section 4.2): as `wsd`, but the decay ends
+- `wsdc`: warmup-stable-decay-constant ([PLM] section 4.2): as `wsd`, but the decay ends
   `constant` before the end and the last `constant` of training runs at `min_lr`. PLM's phases
   are warmup (1% of steps) and stable at 3e-4, decay to 3e-5, then a constant phase.
 - `constant`: the peak after warmup.

@@ -15,11 +15,10 @@ sequence mixer: attention by kind, linear mixers by family, MCSD), fitted by sci
 `BayesianRidge` (one precision for w, one for e, both maximising the evidence): with few
 confirmations w shrinks to 0 and the prediction is the law's, shifted by the confirmations'
 mean log ratio. Why these features: size and compute per token are what scaling laws read
-(Hoffmann et al. 2022), the mixer is what the residuals above follow, and ln L_law carries the
-sandbox curve (regressing on the features alone, without it, was worse). Measured on
-`search_small` (`benchmarks/bench_loss_axis.py`): the 10x loss of the 28 architectures a
-`confirm n=4` leaves unconfirmed within 2.6% (MAPE; the law alone 6.2%), and leave-one-out over
-all 40 (each corrected by the other 39) within 1.7% (the law alone 4.7%).
+([Chinchilla]), the mixer is what the residuals above follow, and ln L_law carries the sandbox
+curve (regressing on the features alone, without it, was worse). How close the corrected loss
+comes to the loss trained at ten times the budget: `benchmarks/bench_loss_axis.py` (the
+documentation's benchmarks page).
 
 The 1-sigma error is the model's predictive one (BayesianRidge's, noise included), scaled up by
 the RMS of the examples' own leave-one-out z-scores where that exceeds 1: the spread of what

@@ -13,7 +13,7 @@ trains eagerly, the reason kept in `execution["compile_fallback"]`. Inside a `to
 group (data-parallel workers, `archsearch.sweep.trainable`) every worker draws the same global
 batch and trains on its share under DDP; rank 0 alone writes checkpoints and the result.
 
-A budget in FLOPs gives every candidate the same training compute (seed PLM section
+A budget in FLOPs gives every candidate the same training compute ([PLM] section
 4.1 compares candidates by FLOPs): `tokens = flops / train_flops_per_token(arch, seq_len)`.
 
 At each fraction of `eval_at` the trial measures the validation loss on fixed, evenly spread

@@ -179,6 +179,7 @@ def _command_help(name: str, cmd: Command) -> str:
     the key, else the schema's default and `help` metadata (`TrainConfig`'s settings)."""
     import dataclasses
 
+    from archsearch.cli.keys import command_page, yaml_value
     from archsearch.cli.schemas import SCHEMAS
     from archsearch.resources import conf_dir
 
@@ -189,7 +190,7 @@ def _command_help(name: str, cmd: Command) -> str:
         if f.name in documented:
             keys += documented[f.name]
             continue
-        line = f"{f.name}: {_yaml_value(f.default)}"
+        line = f"{f.name}: {yaml_value(f.default)}"
         pad = " " * max(2, 23 - len(line))
         keys.append(f"{line}{pad}# {f.metadata['help']}" if "help" in f.metadata else line)
         owner = _declared_in(SCHEMAS[cmd.config], f.name)
@@ -205,6 +206,7 @@ def _command_help(name: str, cmd: Command) -> str:
     lines += [f"  {ln}" for ln in keys]
     if cmd.examples:
         lines += ["", "examples:"] + [f"  {ex}" for ex in cmd.examples]
+    lines += ["", f"docs: {command_page(name)}"]
     return "\n".join(lines)
 
 
@@ -221,19 +223,6 @@ def _yaml_blocks(text: str) -> dict[str, list[str]]:
         if current is not None:
             current.append(ln)
     return blocks
-
-
-def _yaml_value(value: object) -> str:
-    """A default as the yaml would spell it (`null`, `true`, `[a, b]`, an enum's value)."""
-    from enum import Enum
-
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, Enum):
-        return str(value.value)
-    if isinstance(value, (list, tuple)):
-        return f"[{', '.join(_yaml_value(v) for v in value)}]"
-    return str(value)
 
 
 def _declared_in(schema: type, key: str) -> str:
@@ -281,10 +270,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> NoReturn:
     """The `archsearch` program: `main`, then exit without a last garbage collection. Over
-    the objects a command's imports leave (torch, Ray, Optuna, plotly), the interpreter's
-    collection at exit took 2-6 s after a sweep's output was all written (this project's Xeon
-    VM). `gc.freeze()` leaves them to the operating system: by then the study and files are
-    closed, and atexit handlers still run."""
+    the many objects a command's imports leave (torch, Ray, Optuna, plotly), the interpreter's
+    collection at exit can take seconds after a sweep's output is all written. `gc.freeze()`
+    leaves them to the operating system: by then the study and files are closed, and atexit
+    handlers still run."""
     import gc
 
     code = main()

@@ -157,7 +157,7 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
 
 
 def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> None:
-    """Memory and latency against sequence length (the seed MCSD Figs. 5-7 kind of picture),
+    """Memory and latency against sequence length (the [MCSD] Figs. 5-7 kind of picture),
     saved as a PNG (`length_figure`)."""
     fig = length_figure(curves, labels, device, cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -341,8 +341,8 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.calibrate import calibrate, write_profile
-    from archsearch.cost.devices import describe_bands, parse_device
+    from archsearch.cost.calibrate import calibrate
+    from archsearch.cost.devices import describe_bands, parse_device, write_profile
 
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")

@@ -3,7 +3,7 @@
 
 Scores are counted over the full T x n block as the MATH SDPA backend computes them
 (`causal="full"`), or over the causally visible pairs only (`causal="half"`, the work of a
-causal kernel, seed PLM Appendix D's convention); a sliding window caps both.
+causal kernel, [PLM] Appendix D's convention); a sliding window caps both.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def attention_params(c: Columns) -> np.ndarray:
 
 def attention_state(c: Columns, context) -> np.ndarray:
     """KV cache elements of one attention layer after `context` tokens (capped by a window):
-    2 G dh per token for GQA, dc + dr for MLA's latent and RoPE key (seed PLM eqs. 6-7)."""
+    2 G dh per token for GQA, dc + dr for MLA's latent and RoPE key ([PLM] eqs. 6-7)."""
     ctx = np.asarray(context, dtype=np.float64)
     m = np.where(c.W > 0, np.minimum(ctx, c.W), ctx)
     gqa = 2 * c.G * c.dh * m

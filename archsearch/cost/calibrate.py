@@ -106,10 +106,10 @@ def measure_attention_step(precision: str, repeats: int) -> dict[str, Any]:
     """The rate of softmax attention with one query (a decode step's
     `scaled_dot_product_attention` over its KV cache, heads of 64) at `precision`'s torch dtype,
     as a fraction of the peak it is priced against (`attention_step`: the median over
-    `ATTENTION_SHAPES`). Why measured: torch 2.13's CPU kernel ran 2.8-3.2 GFLOP/s in bf16 on
-    this project's EPYC VM at any batch, context and head count (fp32: 9-27), where the
-    roofline's law for a one-row product gave 17; the fp16 roofline priced the attention models'
-    decode steps after 1536-4096 tokens at a third to a half of their time."""
+    `ATTENTION_SHAPES`). Why measured: torch's CPU kernel runs one-query attention in bf16 at a
+    rate far below what the roofline's law for a one-row product gives, nearly the same at any
+    batch, context and head count, so the roofline alone prices the attention models' decode
+    steps after long contexts at a fraction of their time."""
     import torch
     import torch.nn.functional as F
 
@@ -163,7 +163,8 @@ def measure_cache_bandwidth(capacity: float, repeats: int) -> float:
 def gemv_rows(llc: float) -> int:
     """Rows of the 4096-wide fp32 weight the bandwidth GEMV streams: 256 MiB, or twice the
     last-level cache where that is larger (capped at 1 GiB), so that the weight comes from
-    memory, as a large model's does (a 64 MiB weight ran at L3 speed, 2x memory's, on a VM)."""
+    memory, as a large model's does (a weight that fits a large shared cache streams at the
+    cache's speed, not memory's)."""
     nbytes = min(max(256 * 2**20, 2 * 2 * llc), 2**30)  # llc is half the cache (cache_capacity)
     return int(nbytes // (4096 * 4))
 
@@ -195,7 +196,7 @@ def reference_models(quick: bool = False) -> list:
     `fit_to_models`. Their sizes, vocabulary
     and lengths differ from those of benchmarks/bench_latency_accuracy.py, which checks the fit
     out of sample. `quick` (a smoke run): every third of the 21, seven models of seven kinds
-    over the three sizes (the 42 timings took 25 of a quick calibration's 44 s)."""
+    over the three sizes (their timings are most of a quick calibration's time)."""
     from archsearch.arch import (
         ArchConfig,
         AttentionConfig,
@@ -241,12 +242,12 @@ def fit_to_models(
     a decode step at context 128 of each reference model (the least of repeats after
     `WARMUP_S` of calls, as whole models are timed everywhere else; its weights and
     activations in the precision's torch dtype, `kernel_timing.DTYPES`), by least squares on
-    log times. (Medians of repeats without the warm-up, as before, moved the fitted compute
-    by 4% between fits a minute apart, 0.78-0.81 in bf16 on the EPYC VM; the least, by 1%,
-    0.867-0.875.) The measured peaks stay the ceiling; the fit says how much of them whole models
-    reach. The bandwidth efficiency stays the one measured (`measure_bandwidth`'s GEMV): the
-    reference models' weights fit in the cache, so their times cannot tell it (fitted, it ran
-    to its lower bound on a Xeon VM, and priced a 1.8B model's fp16 token at 13 s). A model
+    log times (the least after a warm-up rather than a median of cold calls, which moves the
+    fitted compute from one fit to the next). The measured peaks stay the ceiling; the fit says
+    how much of them whole models reach. The bandwidth efficiency stays the one measured
+    (`measure_bandwidth`'s GEMV): the reference models' weights fit in the cache, so their
+    times cannot tell it (fitted, it can run to its lower bound and price a large model's
+    decode step absurdly slow). A model
     torch cannot run in that dtype (no kernel for one of its ops) is left out (`skipped`)."""
     import dataclasses
 
@@ -329,14 +330,10 @@ def fit_half(
     bf16 (`fit_to_models`; `profile` is updated), its one-query attention rate measured
     (`measure_attention_step`), then the held-out models timed in bf16 and predicted at fp16
     (`kernel_fit.precision_check`). Returns the profile's `validation` entries
-    for fp16/bf16 per quantity and the raw figures. Measured on this project's EPYC VM (the
-    shipped `local`'s roofline): with the fp32 fit's factors the fp16 roofline under-predicted
-    the bf16 times of all 11 held-out models that run in bf16, by up to 54% (90th percentile
-    41% / 42%, TTFT / decode); fitted to bf16 times, 26-37% / 31-58% in five runs, errors both
-    ways (bf16 kernels in eager torch on a CPU follow no one roofline). With the check's long
-    setting (`kernel_fit.precision_check`) it read 34% / 56%, the attention models' long decode
-    steps 2-3x their prediction; with the measured one-query attention rate and the least of
-    repeats in `fit_to_models`, the shipped check reads 35% / 25%."""
+    for fp16/bf16 per quantity and the raw figures. Why fitted apart: with the fp32 fit's
+    factors the fp16 roofline under-predicts the bf16 times of every held-out model; fitted to
+    bf16 times its errors run both ways and stay wide (bf16 kernels in eager torch on a CPU
+    follow no one roofline), which is why these precisions carry their own, wider check."""
     from archsearch.cost.devices import parse_device
     from archsearch.cost.kernel_fit import precision_check
 

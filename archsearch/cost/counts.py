@@ -10,7 +10,7 @@ lists the same matmuls), so they agree EXACTLY with what torch's `FlopCounterMod
 (tests/test_cost_counts.py): matmul FLOPs are 2 x m x k x n (a multiply-add is 2 FLOPs; `macs`
 halves them), attention scores are counted over the full T x n block as the MATH SDPA backend
 computes them (`causal="full"`), or over the causally visible pairs only (`causal="half"`, the
-work of a causal kernel, seed PLM Appendix D's convention). Parameters equal
+work of a causal kernel, [PLM] Appendix D's convention). Parameters equal
 `sum(p.numel())` and state/cache elements equal the tensors the decode path holds.
 """
 
@@ -143,7 +143,7 @@ def active_params(c: Columns) -> np.ndarray:
 
 def state_elements(c: Columns, context, batch=1.0) -> np.ndarray:
     """Elements of the decode state after `context` tokens: KV caches grow with the context
-    (capped by a window), recurrent and MCSD states do not (seed PLM eqs. 6-7); a plugin
+    (capped by a window), recurrent and MCSD states do not ([PLM] eqs. 6-7); a plugin
     mixer's state is traced (`traced.mixer_state`)."""
     kv = batch * c.nN * attention_state(c, context)
     return kv + recurrent_state_elements(c, context, batch)

@@ -23,11 +23,18 @@ replaced on upgrade; `device=NAME` finds them after the shipped and plugin profi
 they may not take. A measured profile records the machine it was measured on (`measured_on`);
 `local` stands for the machine it is read on, so where that machine has another processor its
 description says that its latencies and their +- are the other machine's (`measured_elsewhere`).
+
+A profile is read by `read_profile` and written by `write_profile`: what a person reads and
+writes (figures, sources, provenance, validation) is the YAML; the arrays a calibration fitted
+(`FITTED_KEYS`: the matmul table and the kernel predictor) are data, kept beside it in a
+versioned JSON file (`read_fitted`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 import os
 import platform
@@ -52,6 +59,10 @@ QUANTITIES = ("ttft", "decode")  # what a validation entry measures
 ERROR_QUANTITIES = {"ttft_ms": ("ttft",), "decode_ms": ("decode",), "e2e_ms": ("ttft", "decode")}
 # which compute class executes the matmuls of a weight precision
 COMPUTE_CLASS_OF = {"fp32": "fp32", "bf16": "fp16", "fp16": "fp16", "q8": "int8", "q4": "int8"}
+# a profile's fitted arrays, kept beside its YAML in `<stem>.fitted.json` (`write_profile`)
+FITTED_KEYS = ("matmul_table", "kernels")
+FITTED_FORMAT = "archsearch.fitted/1"  # the data file's format and version
+MAX_FITTED_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -85,8 +96,8 @@ class WorkingSetBands:
     decode state, `kernel_latency.working_set`): `edges` (increasing) split working sets into
     len(edges) + 1 bands, band i holding `n[i]` predictions whose 90th percentile of |error| is
     `p90[i]` (and its upper bound `bound[i]`: `Validation.bound`). A prediction misses by more
-    near the edge of a shared cache, whose share a VM's neighbours move, than well inside or
-    beyond it (`archsearch.cost.kernel_fit`)."""
+    near the edge of a shared cache, whose share the machine's other tenants move, than well
+    inside or beyond it (`archsearch.cost.kernel_fit`)."""
 
     edges: tuple[float, ...]  # bytes
     p90: tuple[float, ...]
@@ -675,9 +686,120 @@ def device_names() -> list[str]:
     return reserved + [n for n in shipped_names(user_devices_dir()) if n not in reserved]
 
 
+def fitted_path(path: str | Path) -> Path:
+    """Where the fitted data of the profile at `path` lives: `local.yaml` -> `local.fitted.json`
+    in the same folder. Fixed by the profile's own name, so a profile cannot make archsearch
+    read another file."""
+    return Path(path).with_suffix(".fitted.json")
+
+
+def read_profile(path: str | Path) -> dict[str, Any]:
+    """A profile file as plain data: its YAML, with the fitted data its `fitted:` entry names
+    (`read_fitted`) in place of that entry. `parse_device` checks what it holds."""
+    raw = yamlio.load(path)
+    if not isinstance(raw, dict) or "fitted" not in raw:
+        return raw
+    header = {k: v for k, v in raw.items() if k != "fitted"}
+    fitted = read_fitted(raw["fitted"], path)
+    both = sorted(set(header) & set(fitted))
+    if both:
+        raise UserError(
+            f"is also in {fitted_path(path).name}; keep it in one place",
+            source=str(path),
+            key=both[0],
+        )
+    return {**header, **fitted}
+
+
+def read_fitted(entry: Any, path: str | Path) -> dict[str, Any]:
+    """The fitted data beside the profile at `path`. The profile names it as
+
+        fitted: {file: <stem>.fitted.json, format: archsearch.fitted/1, sha256: <hex>}
+
+    and the data file is JSON: `{"format": "archsearch.fitted/1", <FITTED_KEYS>...}`. The file
+    must be the one beside the profile (`fitted_path`), of this format, and hash to the
+    profile's `sha256`: a data file from another calibration, or a profile copied without its
+    data, is a one-line error rather than other latencies."""
+    source, data = str(path), fitted_path(path)
+    expected = f"expected {{file: {data.name}, format: {FITTED_FORMAT}, sha256: <hex>}}"
+    if not isinstance(entry, dict) or set(map(str, entry)) != {"file", "format", "sha256"}:
+        raise UserError(expected, source=source, key="fitted")
+    if entry["file"] != data.name:
+        raise UserError(f"{expected}, got file {entry['file']!r}", source=source, key="fitted.file")
+    if entry["format"] != FITTED_FORMAT:
+        raise UserError(
+            f"format {entry['format']!r} is not {FITTED_FORMAT!r}: re-run `archsearch calibrate`",
+            source=source,
+            key="fitted.format",
+        )
+    try:
+        blob = data.read_bytes()
+    except OSError as err:
+        raise UserError(
+            f"cannot read {data}: {err.strerror}", source=source, key="fitted"
+        ) from None
+    if len(blob) > MAX_FITTED_BYTES or hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+        raise UserError(
+            f"{data.name} is not the data this profile was written with (sha256 differs): "
+            "re-run `archsearch calibrate`",
+            source=source,
+            key="fitted.sha256",
+        )
+    try:
+        fitted = json.loads(blob, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:
+        raise UserError(
+            f"{data.name} is not valid JSON: {err}", source=source, key="fitted"
+        ) from None
+    if not isinstance(fitted, dict) or fitted.get("format") != FITTED_FORMAT:
+        raise UserError(f"{data.name} is not {FITTED_FORMAT} data", source=source, key="fitted")
+    unknown = sorted(set(fitted) - {"format", *FITTED_KEYS})
+    if unknown:
+        raise UserError(f"unknown key {unknown[0]!r} in {data.name}", source=source, key="fitted")
+    return {k: v for k, v in fitted.items() if k != "format"}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def write_profile(profile: dict[str, Any], path: Path) -> None:
+    """Write a profile: its `FITTED_KEYS` to `fitted_path(path)` (JSON, `FITTED_FORMAT`), the
+    rest as YAML under a short header naming the data by file, format and hash. Each file is
+    written whole and then moved into place, the data before the YAML that names it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {k: v for k, v in profile.items() if k not in FITTED_KEYS}
+    fitted = {k: profile[k] for k in FITTED_KEYS if profile.get(k) is not None}
+    data = fitted_path(path)
+    if fitted:
+        blob = json.dumps({"format": FITTED_FORMAT, **fitted}, allow_nan=False).encode()
+        _replace(data, blob)
+        header["fitted"] = {
+            "file": data.name,
+            "format": FITTED_FORMAT,
+            "sha256": hashlib.sha256(blob).hexdigest(),
+        }
+    name = profile.get("name", LOCAL)
+    where = profile.get("measured_on", {}).get("hostname", "this machine")
+    comment = (
+        f"# The `{name}` device profile: {where}, measured by `archsearch calibrate`.\n"
+        "# Re-run `archsearch calibrate` to refresh it"
+        + (f"; its fitted arrays are data, in {data.name}.\n" if fitted else ".\n")
+    )
+    _replace(path, (comment + yamlio.dumps(header)).encode())
+    if not fitted:
+        data.unlink(missing_ok=True)
+
+
+def _replace(path: Path, blob: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(blob)
+    os.replace(tmp, path)
+
+
 @cache
 def _load(path: str) -> DeviceProfile:
-    return parse_device(yamlio.load(path), source=path, default_name=Path(path).stem)
+    return parse_device(read_profile(path), source=path, default_name=Path(path).stem)
 
 
 def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:

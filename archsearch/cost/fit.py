@@ -2,7 +2,7 @@
 
 A published measurement (`Throughput`) is one model at one precision on one device: prefill
 tokens/s over a `PROMPT`-token prompt and generation tokens/s over `GENERATE` tokens (the
-setting of seed PLM Table 12, llama.cpp's `pp512`/`tg128`). `fit_efficiency` finds the
+setting of [PLM] Table 12, llama.cpp's `pp512`/`tg128`). `fit_efficiency` finds the
 `Efficiency` (fraction of peak compute a matmul reaches, fraction of peak bandwidth a weight
 stream reaches) that minimises the squared log error of the predicted prefill and per-token
 decode times of every measurement of one compute class; log errors weigh a 2x miss the same

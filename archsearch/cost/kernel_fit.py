@@ -5,20 +5,18 @@
    MiB, called again and again, runs from the cache while its weight fits and from memory
    beyond; per cache level it outgrows (up to two, `kernels.Cache`), the extra seconds per byte
    that misses and the two capacities between which the share that misses goes from 0 to 1
-   are fitted to its times. Measured on a 2-vCPU EPYC VM (32 MiB of L3 shared with other
-   tenants), quiet: 83-88 GB/s up to 14 MiB, 21-23 GB/s from 48 MiB (one level); on a 2-vCPU Xeon
-   VM: 50-56 GB/s within the 2 MiB L2, 28-30 GB/s to 96 MiB, 16 GB/s at 256 MiB (two; timed
-   warm, `kernel_timing.WARMUP_S`).
-3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after nn-Meter (Zhang et
-   al., MobiSys 2021): time half the budget at random points of the kernel's grid and fit;
-   then, in rounds, time fresh random points, record the fitted predictor's error on them (an
-   out-of-sample figure: `fresh_error`), time grid neighbours of the worst predicted ones, add
-   all and refit. The kernels take their passes in turn (`KernelFit`), so the timings of each
-   are spread over the whole calibration. Each fit is of the kernel's time with its weights
-   and state in the cache (its timings less the stalls of step 2 over its own resident bytes):
-   the kernel's learned roofline (seconds per launch, byte, FLOP and call of its work terms,
-   non-negative least squares on relative errors) and a gradient-boosted correction of the log
-   ratio of measured to roofline time (`archsearch.cost.trees`; why: `archsearch.cost.kernels`).
+   are fitted to its times (timed warm, `kernel_timing.WARMUP_S`). A machine with one shared
+   last-level cache shows one level; one with a private L2 before it, two.
+3. Per kernel (`archsearch.cost.kernels.KERNELS`), adaptive sampling after [nn-Meter]: time half the
+   budget at random points of the kernel's grid and fit; then, in rounds, time fresh random points,
+   record the fitted predictor's error on them (an out-of-sample figure: `fresh_error`), time grid
+   neighbours of the worst predicted ones, add all and refit. The kernels take their passes in turn
+   (`KernelFit`), so the timings of each are spread over the whole calibration. Each fit is of the
+   kernel's time with its weights and state in the cache (its timings less the stalls of step 2 over
+   its own resident bytes): the kernel's learned roofline (seconds per launch, byte, FLOP and call
+   of its work terms, non-negative least squares on relative errors) and a gradient-boosted
+   correction of the log ratio of measured to roofline time (`archsearch.cost.trees`; why:
+   `archsearch.cost.kernels`).
 4. The model-level terms (`kernels.Glue`): whole models (`glue_models`, 3-300 MB of weights)
    are timed and fitted as (sum of their kernels) + w x (the stalls of step 2 over the model's
    working set: weights and decode state) + a + b x layers (+ u x layers x the share of the
@@ -36,13 +34,10 @@
    (leave one out: its kernels' predictors never timed it either); their errors, pooled, are
    the profile's `validation` figures, decode's also by the working set of its step (bands
    with edges at `BAND_EDGES` x the probe's largest cache, `WorkingSetBands`). Why both: the
-   twelve held-out models alone gave a 90th percentile that moved from 19% to 89% between
-   calibrations on the EPYC VM, ten of them decoding 8-22 MiB, at the edge of its 32 MiB L3
-   share, where decode errors run both ways and widest; pooled with the glue models (3-245
-   MiB) and split by working set, decode's bands read 11-46% below half the cache, 11-86%
-   around it and 19-43% beyond in six calibrations, and each calibration's benchmark found
-   its held-out architectures inside their band's +- for 83-96% of decode steps (90% is what
-   a 90th percentile promises), against 83-100% with the twelve's one figure, 0.11-0.89 wide.
+   held-out models alone are few, and most of them decode near the edge of a shared cache,
+   where decode errors run both ways and widest, so their 90th percentile moves widely from one
+   calibration to the next; pooled with the glue models, whose working sets span the cache and
+   beyond, and split by working set, each prediction carries the error of predictions like it.
    Each 90th percentile is stated with its upper 90%-confidence bound (`p90_bound`), the +- a
    prediction carries. The check covers fp32, the precision the kernel predictor prices;
    `precision_check` checks the roofline at another one on the same held-out models
@@ -124,14 +119,11 @@ class Budget(NamedTuple):
 
 HELD_OUT_BUILDS = 3  # builds of each held-out model, whatever the budget
 BUDGETS = {"full": Budget(128, 2, 3), "fast": Budget(64, 1, 2)}
-"""`full`, the default, and `fast`, half the time. Measured on this project's 2-vCPU Xeon VM
-(480 MiB of L3) on 2026-11-28, one calibration of each, each benchmark run's timings priced
-on both (`bench_latency_accuracy.py --rescore`): `full` took 17 min 19 s (kernels 8.5 min, glue
-models 4 min) and `fast` 8 min 24 s (2 min 9 s, 2 min 46 s); on the run timed right after
-`full`, TTFT / decode within +-10% 92% / 69% (`full`) and 79% / 58% (`fast`), and on the one
-timed after `fast` 62% / 77% and 83% / 54%: TTFT alike, decode 11-23 points worse, and `fast`'s
-held-out decode bound wider (+-32% against +-21%). Two builds of the same kernel shape there
-differed by 2% (median) and 7% (90th percentile) over 216 shapes."""
+"""`full`, the default, and `fast`: half the kernel shapes, one build of each and the glue
+models in two builds, about half the time. TTFT is predicted about as well either way; decode,
+whose kernels are small and whose builds differ more, less well with `fast`, and its held-out
+bound is wider (`benchmarks/bench_latency_accuracy.py --rescore` compares two calibrations on
+one run's timings)."""
 SUSPECT = 1.25  # measured / fitted above which a shape is timed again
 VALIDATION_PROMPT, VALIDATION_CONTEXT = 192, 384
 SHARED_SCALES = tuple(float(s) for s in np.geomspace(0.35, 1.4, 13))
@@ -142,10 +134,8 @@ OVERLAPS = tuple(float(s) for s in np.linspace(0.0, 1.0, 11))  # `Glue.overlap`'
 # often as at random over the grid, whose rows reach a prefill's thousands (`timing.TOKENS`).
 # The FFN is a decode step's largest kernel and changes library at 8 rows (MKL below,
 # oneDNN from: `archsearch.models.gemm.MIN_ROWS`), where its time is not monotone in its rows
-# (measured on the EPYC VM: a d-768 SwiGLU 1.09 ms on 4 rows, 0.87 ms on 8). Drawn uniformly,
-# 8 of `epyc27w`'s 121 FFN shapes had 8 rows, and its fit priced a d-512 SwiGLU there at 516
-# us against 362 measured. On 150 FFN shapes at 1-16 rows timed apart, the fit errs by 8.2%
-# with these draws and 10.1% refitted from the same timings without them (README)
+# (fewer rows can take longer). Drawn uniformly over rows up to a prefill's thousands, few of
+# its shapes fall at a decode step's rows, and its fit missed there.
 DECODE_DRAWN = {"ffn": "N"}
 REFITS = 8  # fits of w with the GEMMs' bounds at the last one's (`_fit_glue`)
 COARSE_STEP, FINE_STEP = 1.32, 1.097  # `fit_memory`'s capacity grids: 32% and 9.7% apart
@@ -153,8 +143,8 @@ BAND_EDGES = (0.5, 2.0)  # the validation bands' edges, x the probe's largest ca
 MIN_BAND = 5  # the fewest held-out predictions a band holds (fewer: merged with a neighbour)
 # the quantities whose validation is also given by working set: the decode step's, which streams
 # its working set once per token; a prefill reuses each weight over its prompt, and its error
-# showed no trend with the working set (TTFT's 90th percentile 5-14% in every band of five
-# calibrations, ordered differently in each): banded, its +- held for fewer benchmark rows
+# shows no trend with the working set (its bands came out ordered differently in every
+# calibration): banded, its +- would hold for fewer predictions, not more
 BANDED = ("decode",)
 LEAVE_ONE_OUT = 8  # the fewest glue models whose leave-one-out predictions join the check
 # precisions the cost model prices alike (2-byte weights and activations, the fp16 peak): one
@@ -277,10 +267,9 @@ def glue_models() -> list[WholeModel]:
     moe = MoEConfig(n_experts=8, top_k=2, d_expert=576)
     mla_small = AttentionConfig(kind="mla", n_heads=5, kv_rank=80)
     gqa_8_2 = AttentionConfig(n_heads=8, n_kv_heads=2)
-    # one sequence, 16-39 MiB: where the share that misses the L3 of the EPYC VM (32 MiB) goes
-    # from 0 to 1. With no glue model there (none between 16 and 30 MiB, none at batch 1
-    # between 16 and 54), the fit placed the ramp where nothing constrained it and predicted
-    # the decode steps of the held-out 17-40 MiB architectures 10-27% fast
+    # one sequence, 16-39 MiB: where the share that misses a last-level cache of a few tens of
+    # MiB goes from 0 to 1. Without models there, nothing constrains where the fit places that
+    # ramp, and decode steps of models of that size are mispredicted
     edge = [
         WholeModel(_arch(160, 10, big, **_linear("linear_attention"))),
         WholeModel(_arch(288, 5, big, attention=AttentionConfig(n_heads=6, n_kv_heads=2))),
@@ -294,8 +283,8 @@ def glue_models() -> list[WholeModel]:
         WholeModel(_arch(480, 3, v, **_linear("gated_deltanet"))),
     ]
     # deep and narrow, in the cache: they tell the per-layer term from the stalls (without
-    # them it took up 45 us a layer on the Xeon VM and 12-layer models were predicted 15-27%
-    # slow; refitted with them, 0: a layer costs its kernels)
+    # them the per-layer term takes up time that is the stalls', and deep models are predicted
+    # slow)
     deep = [
         WholeModel(_arch(96, 10, v, attention=AttentionConfig(n_heads=2, n_kv_heads=1))),
         WholeModel(_arch(64, 12, v, **_linear("gla"))),
@@ -318,10 +307,9 @@ def glue_models() -> list[WholeModel]:
         ),
         WholeModel(_arch(448, 3, big, **_linear("hgrn2")), 64, 256, 8),
         WholeModel(_arch(320, 4, big, attention=mla_small), 96, 512, 8),
-        # wide and beyond the cache at batch 8: their GEMMs' compute hides stalls (`overlap`).
-        # With only these two (50 and 97 MiB) and the two small ones above (30-43 MiB), the fit
-        # took 0.5-0.7 and the benchmark's batch-8 steps of 76-166 MiB were predicted 11-22%
-        # slow in every calibration; the three of 145-209 MiB tell it that regime
+        # wide and beyond the cache at batch 8: their GEMMs' compute hides stalls (`overlap`);
+        # the three of 145-209 MiB tell the fit the regime of large batched steps, which the
+        # smaller ones alone leave it to extrapolate
         WholeModel(
             _arch(832, 3, big, attention=AttentionConfig(n_heads=13, n_kv_heads=1)), 64, 256, 8
         ),
@@ -394,8 +382,8 @@ def kernel_steps(quick: bool, samples: int = BUDGETS["full"].samples, checks: in
     pass, each whole model timed, the model-level fit, the glue models left out of it (when
     there are `LEAVE_ONE_OUT`); and those of `checks` `precision_check`s. Steps of about a
     second or two each (a pass of one kernel, one whole model), so that a progress line's ETA,
-    the pace so far times the steps left, holds (with one step per pass of every kernel it
-    said 24 s left with 3 min to go)."""
+    the pace so far times the steps left, holds (with one step per pass of every kernel, the
+    first steps are short and the estimate far too low)."""
     plan = _plan(quick, samples)
     passes = max(sum(_schedule(_budget(k, plan["samples"]))[1:]) for k in plan["kernels"])
     glue = len(glue_models()[: plan["glue"]])
@@ -407,10 +395,9 @@ def kernel_steps(quick: bool, samples: int = BUDGETS["full"].samples, checks: in
 def _budget(kernel: str, samples: int) -> int:
     """Shapes a kernel is timed at: gemm twice the others (every analytic fallback prices its
     GEMMs with it), and so each mixer's decode step: a decode step sums several steps' small
-    errors, and a step's fit still improved with its last samples (error on a held-out fifth of
-    two Xeon calibrations' timings, mean over the eleven steps: 7.2% fitted to 57 timings,
-    6.2-6.3% to 76, 5.6-5.8% to 95), while a step shape costs little to time (0.06-0.11 s,
-    as much as a GEMM's); and so the kernels drawn at decode rows (`DECODE_DRAWN`): their
+    errors, and a step's fit still improves with more samples (on a held-out share of its
+    timings), while a step shape costs little to time, about as much as a GEMM's; and so the
+    kernels drawn at decode rows (`DECODE_DRAWN`): their
     random draws as before, and as many again at decode rows."""
     twice = kernel == "gemm" or kernel.endswith(".step") or kernel in DECODE_DRAWN
     return samples * (2 if twice else 1)
@@ -465,8 +452,8 @@ def _valid(shape: timing.Shape) -> bool:
 class KernelFit:
     """One kernel's adaptive sampling, a pass at a time (`step`), so that `fit_kernels` can
     interleave the kernels: a slow spell of a shared machine then touches a few shapes of
-    every kernel rather than every shape of one (measured on this project's VM: one kernel's
-    timings, all taken within ten seconds, came out 23% slow and its fit with them).
+    every kernel rather than every shape of one (taken in a row, all of one kernel's timings can
+    fall in one slow spell, and its fit with them).
 
     The first half of the budget is drawn at random in passes of a round's size; then each
     adaptive round times fresh random shapes, records the fit's error on them before they are
@@ -523,8 +510,8 @@ class KernelFit:
 
     def _retime_slowest(self) -> None:
         """Time again the shapes measured most above their fit (more than SUSPECT x) and keep
-        the lesser time: a slow spell of the machine only ever adds to a timing (measured
-        here: one step kernel timed at 603 us in a spell, 83 us before and after)."""
+        the lesser time: a slow spell of the machine only ever adds to a timing, and can make
+        one several times its steady time."""
         if self.coef is None or self.ens is None:
             return
         W, X, y = np.array(self.W), np.array(self.X), np.array(self.y)
@@ -636,9 +623,8 @@ def fit_memory(sizes, seconds, max_levels: int = 2) -> Glue:
     grids of 21 and 61 points over 1-256 MiB were) with the others held; t0, r and
     the byte_s >= 0 by non-negative least squares on relative errors. Of the fits with 0, 1,
     ... `max_levels` levels, more levels are taken while the fit with fewer misses by more
-    than `NOISE` (RMS) and the one with more halves that miss. Two probes on this project's
-    Xeon VM (a 2 MiB L2, a share of L3 of about 100 MiB): no level missed by 28% RMS, the
-    best one by 13-28%, two by 1.1-1.2%."""
+    than `NOISE` (RMS) and the one with more halves that miss: on a machine with a private L2
+    and a shared L3, one level places the L2's drop and misses the L3's, and two fit both."""
     sizes = np.asarray(sizes, dtype=np.float64)
     seconds = np.asarray(seconds, dtype=np.float64)
 
@@ -700,7 +686,8 @@ def _passes(sizes, rows, stalls: list[list[float]]) -> Passes:
 
 
 def _shared_capacity(memory: Glue, scale: float) -> Glue:
-    """`memory` with its largest cache (the VM's share of the shared one) `scale` x as large."""
+    """`memory` with its largest cache (the machine's share of the shared one) `scale` x as
+    large."""
     if not memory.caches:
         return memory
     *private, shared = memory.caches
@@ -717,11 +704,11 @@ def _fit_glue(
     u >= 0 by non-negative least squares on relative errors; the capacity of the largest cache
     as a model meets it (`SHARED_SCALES` x the probe's) and the overlap (`OVERLAPS`) are the
     ones of least residual. w is how much a byte that misses costs in a model against the
-    probe's one long stream (about 1.1 for a decode step, 0.6 for a prefill, whose weights are
-    read once for many tokens, on the EPYC VM's earlier profiles). A model holds less of a
-    shared cache than the probe's one weight streamed again and again: on this project's Xeon
-    VM, with the probe's capacity, decode steps of 80-160 MiB of weights were predicted 10-30%
-    fast; fitted, a model's capacity came out at 0.6-0.7 x the probe's.
+    probe's one long stream (near 1 for a decode step, less for a prefill, whose weights are
+    read once for many tokens). A model holds less of a shared cache than the probe's one
+    weight streamed again and again, so the capacity a model meets is fitted rather than taken
+    from the probe (with the probe's, decode steps of models a few times the cache are
+    predicted fast).
 
     `gemms`: per model, the (extra seconds, weight bytes) of its decode step's weight GEMMs
     (`kernel_latency.weight_gemms`); what they hide depends on w, so the fit is repeated with
@@ -740,8 +727,7 @@ def _fit_glue(
         for scale in SHARED_SCALES if memory.caches else (1.0,):
             mem = _shared_capacity(memory, scale)
             # the per-layer miss in decode steps only (`Glue`): fitted to prefills as well, it
-            # took the place of their per-byte stall, and TTFT within +-10% fell in four of six
-            # refits (two calibrations' timings, three benchmarks; EPYC VM) and rose in none
+            # takes the place of their per-byte stall and their predictions get worse
             missing = mem.missing(nbytes) if phase == "step" else np.zeros_like(meas)
             stalls = mem.stalls(nbytes) + mem.shares(nbytes, again)
             A = np.column_stack([np.ones_like(meas), layers, stalls, layers * missing])
@@ -879,12 +865,12 @@ def precision_check(
     the precision's torch dtype (`kernel_timing.DTYPES`) and predicted at it. Returns the
     profile's `validation` entries per quantity (covering the precisions priced alike: `ALIKE`;
     empty where no model ran) and the raw timings. A model torch cannot run in that dtype is
-    left out, and the entry's `method` names it with the reason. Why the long setting: on this
-    project's EPYC VM, bf16 decode steps of attention models after 1536-4096 tokens ran 2-3x
-    slower than the fp16 roofline (torch's CPU attention in bf16), which the check at context
-    384 alone never saw: its +-31% held for 67% of the benchmark's decode steps). Each model
-    is timed in one build, not the least of three: the roofline's error there (a bound of
-    +-36-70% on the Xeon VM) dwarfs a build's 2-7%, and it saves 80 s of a calibration."""
+    left out, and the entry's `method` names it with the reason. Why the long setting: bf16
+    decode steps of attention models after thousands of tokens run much slower than the fp16
+    roofline (torch's CPU attention in bf16 is slow), which a check at a short context alone
+    never sees, and its +- then fails the long contexts a user prices. Each model is timed in
+    one build, not the least of three: the roofline's error at these precisions dwarfs the
+    spread between builds, and one build saves a good share of the check's time."""
     plan = _plan(quick, BUDGETS["full"].samples)
     covers = sorted(ALIKE.get(precision, {precision}))
     ran, raw, skipped = [], [], []
@@ -937,11 +923,11 @@ def p90_bound(err: np.ndarray, confidence: float = 0.9) -> float:
     `confidence`, free of any assumption on that distribution: the least order statistic
     err_(k) with P(Binomial(n, 0.9) <= k - 1) >= `confidence` (err_(k) falls below the
     percentile only when k or more of the n errors do, a Binomial(n, 0.9) count); the largest
-    error where none reaches it (n < 22 at 0.9). Why: the 90th percentile of a calibration's
-    49-52 held-out errors, stated as the +-, held for 78% of the TTFT and 86% of the decode
-    predictions of the accuracy benchmark (mean over 64 pairs of eight EPYC VM calibrations and
-    eight runs' timings; as low as 50% and 65%); this bound, for 88% and 94%
-    (`benchmarks/bench_error_bound.py`; README, "An error you can trust")."""
+    error where none reaches it (n < 22 at 0.9). Why: the 90th percentile of some fifty held-out
+    errors is itself a noisy estimate, as often below the true percentile as above, so stated as
+    the +- it holds for fewer than nine predictions in ten; the bound holds for at least that
+    many, nine times in ten (`benchmarks/bench_error_bound.py` measures both on the accuracy
+    benchmark's runs)."""
     from scipy.stats import binom
 
     e = np.sort(np.asarray(err, dtype=np.float64))

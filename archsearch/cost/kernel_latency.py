@@ -308,8 +308,7 @@ def working_set(c: Columns, p: Phase) -> np.ndarray:
     """fp32 bytes a phase moves through memory per call: the active weights (with every routed
     expert the phase's tokens touch: `ffn.experts_touched`) and the decode state it reads (after
     the context for a step, after the prompt for a prefill); a step also writes its recurrent
-    and MCSD states back whole (`counts.recurrent_state_elements`), so they count twice there
-    (what that changed in the accuracy benchmark: the README's latency section)."""
+    and MCSD states back whole (`counts.recurrent_state_elements`), so they count twice there."""
     context = p.n0 if p.kind == "step" else p.n0 + p.T
     routed = c.L * (experts_touched(c, p.tokens) - np.where(c.E > 0, c.topk, 0)) * expert_params(c)
     state = state_elements(c, context, p.B)

@@ -15,18 +15,17 @@ heads, prompts of 16-512 tokens, contexts of 16-2048, batches of 1-8, GEMMs up t
 
 Whole models (`time_model`) are timed as the least over `instances` fresh builds of the least
 of their samples over `SAMPLE_S` seconds, each after `WARMUP_S` of calls. A decode step right
-after its prefill runs up to 2x slower for its first 10-15 calls, as its weights settle into
-the shared cache (a matrix-vector product over a 64-128 MiB weight, too, reached its steady
-time only after 3-8 calls). Measured on this project's VM, six builds each of three models
-agreed within 3-5% once warm, where the least of their first five calls varied by up to 28%.
+after its prefill runs slower for its first calls, as its weights settle into the shared cache
+(a matrix-vector product over a large weight, too, reaches its steady time only after a few
+calls); builds of one model agree closely once warm and far less in their first calls.
 The warm-up removes the transient, the least of samples over a span the noise of a call and
 the machine's busy moments, the least of builds what is left of a build's memory placement.
 A kernel is called again and again within its own samples (calls looped for `min_time`, the
 least of repeats), which take it to its steady time, so the two agree on what they measure:
-the undisturbed steady time (not checked: GEMMs whose weight alone is 64-128 MiB, where the
-probe needed 3-8 calls, may be timed before it). Both run with the process's allocator held
-steady (`steady_allocator`): without it, a kernel's large temporaries were page-faulted in
-anew on every call or not, by what had run before it in the process.
+the undisturbed steady time (not checked: a GEMM whose weight alone is as large as the cache
+may be timed before it). Both run with the process's allocator held steady
+(`steady_allocator`): without it, a kernel's large temporaries are page-faulted in anew on
+every call or not, by what ran before it in the process.
 """
 
 from __future__ import annotations
@@ -135,13 +134,9 @@ class Shape:
 
 MAX_TOKENS = 2048  # B x T of a timed prefill (longer ones cost seconds and add little)
 MAX_CONTEXT_TOKENS = 8192  # B x ctx of a timed step (its context is built by a prefill)
-# of a timed GEMM (about 0.4 s on one core): the LM head over a batched prefill's every token
-# (1536 rows x 896 x 10192 is 2.8e10 FLOPs) lay beyond the grid's shapes of at most 2e10 (30 of
-# its 1080 were left out, 5 of them beyond 8e10), where the trees of three calibrations
-# extrapolated corrections of 0.90, 1.18 and 1.47 x the learned roofline (measured here: 149 ms;
-# priced at 111, 132 and 176). Refitted from `epyc27x`'s timings with 24 of the 25 timed, its
-# TTFT within +-10% on six EPYC benchmark runs' timings rose by 2-19 points (73% -> 92% on its
-# own), and with six of them (three random sixes) by 0-21 (README)
+# of a timed GEMM (a fraction of a second on one core): large enough for the LM head over a
+# batched prefill's every token (1536 rows x 896 x 10192 is 2.8e10 FLOPs), which a grid capped
+# lower left to the trees to extrapolate, each calibration differently
 MAX_GEMM_FLOPS = 8e10
 
 
@@ -238,29 +233,21 @@ def shape_rows(shape: Shape) -> tuple[np.ndarray, Columns | None, Phase | None]:
 
 
 WARMUP_S = 0.25
-"""Seconds a whole model's prefill or decode step is called before it is timed. Measured on
-this project's 2-vCPU Xeon VM, a decode step right after the prefill of its context ran
-1.3-2x slower than its steady time and reached it only after 10-15 calls (60-100 ms):
-rwkv6-2x768 at 1536 tokens fell from 9.3 ms to 4.8 ms, gqa-3x896 at batch 8 from 29 to
-19.5 ms (within 2-3% of the later calls by 0.2 s). A deployed model decodes hundreds of
-tokens in a row, so the steady time is the one to predict; five calls after one warm-up
-call, as before, measured the transient, and varied by +-10-30% from build to build."""
+"""Seconds a whole model's prefill or decode step is called before it is timed. A decode step
+right after the prefill of its context runs slower than its steady time for its first calls,
+while its weights and state settle into the cache. A deployed model decodes hundreds of
+tokens in a row, so the steady time is the one to predict; a few calls after one warm-up
+call measure the transient instead, which varies from build to build."""
 SAMPLE_S = 0.5
 """Seconds over which a whole model's samples are taken after its warm-up (at least `repeats`
-of them). A shared VM slows down for tenths of a second at a time (others' work on its cache
-and memory): on this project's 2-vCPU Xeon VM, a busy day, the least of a 12-layer decode step
-over quarter-second windows ran 3.2-7.0 ms, and five samples back to back, as before, fell
-inside such a moment or not; two timings of the 12 held-out models of calibration minutes
-apart agreed within +-10% for 42% of their decode steps (MAPE 17-24%, two runs) and 50-58% of
-their prefills; sampled over 0.5 s, 92% and 100% (MAPE 2.8% and 4.5%), over 1 s, 75-92%, for
-0.8 s more per timing (`benchmarks/bench_timing_window.py`; a third run, 0 against 0.5 s: decode
-50% -> 83%, prefills 75% -> 58% with their MAPE 11% -> 9%, the machine 8% faster in its second
-pass: a span takes out moments, not a drift over minutes). The least found is 5-6% lower for
-a decode step there, 2-4% for a prefill: a profile's model-level terms fitted to timings taken
-back to back predict those."""
+of them). A shared machine slows down for tenths of a second at a time (its other tenants'
+work on the cache and memory), and a few samples back to back fall inside such a moment or
+not; the least over half a second takes the moments out, so that two timings minutes apart
+agree (`benchmarks/bench_timing_window.py` measures how well, against shorter and longer
+spans). It takes out moments, not the machine's drift over minutes. A profile's model-level
+terms fitted to timings taken back to back (`kernels.sample_s` 0) predict slower times."""
 # the torch dtype a whole model is timed in, by the precision it checks: a CPU's half precision
-# is bf16 (torch 2 on this project's EPYC VM, one thread, a 256 x 1024 x 1024 matmul: fp32 111,
-# bf16 483, float16 1.1 GFLOP/s: float16 has no fast path there)
+# is bf16 (torch's CPU matmuls have a fast bf16 path and none for float16)
 DTYPES = {"fp32": "float32", "fp16": "bfloat16", "bf16": "bfloat16"}
 
 
@@ -273,14 +260,11 @@ def steady_allocator() -> bool:
     By default glibc serves a large allocation with a fresh `mmap` and unmaps it on free, and
     the threshold between heap and `mmap` moves with the process's history (from 128 KiB up to
     32 MiB; always `mmap` above). A call whose temporaries take that path page-faults them all
-    in again on every call. Measured on this project's EPYC VM, one thread: Mamba2's prefill at
-    d = 512, 16 heads, 8 sequences faulted 48-67 MiB a call at 128-192 tokens and ran 49 and
-    48-88 ms, against 29 and 45 ms without (its time then grew as its tokens, 14/29/45/62 ms
-    at 64-256 tokens); which timings faulted depended on the shapes timed before them, and a
-    kernel's fit learned the faults (a profile calibrated without this predicted that prefill
-    17-27% slow against its steady times at 64-256 tokens). Whole
-    models in their steady state faulted none, nor does a deploy runtime with an arena or a
-    caching allocator; every timing (`seconds_per_call`) now measures that state. The process
+    in again on every call: a prefill with large temporaries (Mamba2's over a batch, say) runs
+    far slower than its steady time, and which timings fault depends on the shapes timed
+    before them, so a kernel's fit would learn the faults. Whole models in their steady state
+    fault none, nor does a deploy runtime with an arena or a caching allocator; every timing
+    (`seconds_per_call`) measures that state. The process
     keeps the memory it frees (its resident size stays at its peak)."""
     if not sys.platform.startswith("linux"):
         return False
@@ -365,8 +349,8 @@ def _modules():
 
 def _component(kernel: str, arch: ArchConfig):
     """The module of `arch`'s one layer that `kernel` runs, built alone (not the one-layer
-    model around it: building that, its FFN and LM head included, took 40% of a kernel's
-    timing) and drawn as the model draws it (`archsearch.models.init_weights`)."""
+    model around it, whose FFN and LM head would take much of a kernel's timing to build) and
+    drawn as the model draws it (`archsearch.models.init_weights`)."""
     from torch import nn
 
     from archsearch.models import build_channel_mixer, build_sequence_mixer, init_weights
@@ -426,8 +410,8 @@ def _targets(shape: Shape, builds: int):
 
 def time_shape(shape: Shape, runtime: str, repeats: int, min_time: float, builds: int = 1) -> float:
     """Seconds of one run of the kernel at `shape` in `runtime`: the least of repeats, and
-    the least over `builds` fresh builds of its module (see the module docstring: measured
-    here, one build of a kernel can run 5-50% slower than another of the same shape)."""
+    the least over `builds` fresh builds of its module (one build of a kernel can run
+    markedly slower than another of the same shape: its memory placement)."""
     from archsearch.runtimes import prepare
 
     return min(

@@ -1,7 +1,7 @@
 """The kernel catalogue of the learned latency predictor, and its fitted form in a device profile.
 
 A kernel is the unit whose time on a device is a function of its shape alone, as the models
-run it (nn-Meter's "kernel": the fused unit a runtime dispatches as one):
+run it ([nn-Meter]'s "kernel": the fused unit a runtime dispatches as one):
 
 - `gemm`: one linear layer, x [m, k] @ W [n, k]^T (`archsearch.models.gemm`);
 - `norm`, `residual`, `embedding`: a norm, a residual add, the token lookup over N tokens;
@@ -25,10 +25,10 @@ Each kernel's time is predicted in two parts, both fitted by `archsearch calibra
   linear model misses (cache levels, small-matrix kernels, chunk sizes); a tree is constant
   beyond its last split, so the correction never extrapolates on its own.
 
-Why not trees alone over the device's peaks (this predictor's first form), or the linear model
-alone: on this project's 2-core VM, 5-fold cross validation over 120 timed shapes of `ffn` and
-`gqa.step` gave MAPE 9.7% and 8.0% for the learned roofline + trees, 13.1% and 9.7% for trees
-over the peak-based roofline, 22% and 11% for the learned roofline alone.
+Why both parts: in cross-validation over timed shapes, trees alone over a roofline of the
+device's peaks (this predictor's first form) and the learned roofline alone both predicted held-out
+shapes worse than the learned roofline with its trees: the roofline carries the scaling to
+shapes never timed, the trees what it misses at the shapes that were.
 
 The profile stores the fit under `kernels` as plain data (`Kernels.to_dict`): the runtime it
 was timed in, torch version, threads, date, CPU, the dispatch overhead per operator, the
@@ -202,8 +202,8 @@ class Cache:
     """A level of the memory hierarchy a working set can outgrow: each byte that misses it costs
     `byte_s` more than one that hits; the share that misses is 0 below `lo` bytes, 1 above
     `hi`, log-linear between. The capacities are measured (`archsearch calibrate` times a
-    matrix-vector product over weights of 1/8-256 MiB: the effective capacity is the VM's share
-    of a shared cache, so it is measured, not read)."""
+    matrix-vector product over weights of 1/8-256 MiB: the effective capacity is the machine's
+    share of a shared cache, which its other tenants move, so it is measured, not read)."""
 
     byte_s: float
     lo: float
@@ -235,8 +235,8 @@ class Glue:
     A kernel timed alone, again and again, finds its weights and state in the cache while they
     fit; in a model the other layers have evicted them once the model's working set (weights
     and decode state) outgrows the cache. The stalls are summed over the cache levels the probe
-    found (`caches`: e.g. a private L2 of about 2 MiB and the VM's share of a shared L3 of
-    about 100 MiB on this project's Xeon VM; one level on a 32 MiB-L3 EPYC VM), each level's
+    found (`caches`: e.g. a private L2 and the machine's share of a shared L3, or the shared
+    L3 alone), each level's
     `byte_s` the probe's cost per missed byte scaled by a factor fitted to whole models. A
     kernel's learned time excludes the stalls it met alone (`stalls` of its own resident
     bytes, subtracted from its timings before its fit); a model adds those of its whole
@@ -244,22 +244,20 @@ class Glue:
 
     Beyond its bytes, a layer of a decode step whose model misses the largest cache costs
     `layer_miss_s` x the share that misses (fitted for the step only: `kernel_fit._fit_glue`).
-    On this project's EPYC VM (32 MiB of L3) decode steps of deep, narrow models whose working
-    sets straddle the cache (17-40 MiB, 5-12 layers) ran 14-29% slower than their kernels and
-    per-byte stalls, while 2-4 layer models of the same size did not; fitted, 27-120 us a
-    layer in four calibrations. What it is is not measured; a layer's many small tensors (norm
-    weights, biases, its decode state), missed one at a time at DRAM latency rather than
-    streamed, would cost so.
+    Decode steps of deep, narrow models whose working sets straddle the cache run slower than
+    their kernels and per-byte stalls, while shallow models of the same size do not. What it
+    is is not measured; a layer's many small tensors (norm weights, biases, its decode state),
+    missed one at a time at DRAM latency rather than streamed, would cost so.
 
     A decode step on B sequences hides part of its stalls behind compute: a weight GEMM of B
     rows whose weights come from memory takes max(its compute, its stream), the roofline, not
     their sum. Of each weight GEMM's share of the byte stalls, the step pays back `overlap` x
     min(that share, the GEMM's time at B rows less at one row); `overlap` (0 to 1: 1 is the
-    roofline's perfect overlap) is fitted to whole models for the step only. On this project's
-    EPYC VM the batch-8 steps of models beyond the cache ran 12-44% faster than their kernels
-    plus their stalls, those of wide dense models hiding most of the extra compute of their
-    GEMMs, while Mamba2, HGRN2 and MoE steps, whose extra compute at batch 8 is mostly in their
-    state updates and expert routing, hid little (`hidden`)."""
+    roofline's perfect overlap) is fitted to whole models for the step only. Batched steps of
+    wide dense models beyond the cache hide most of the extra compute of their GEMMs, while
+    Mamba2, HGRN2 and MoE steps, whose extra compute at a larger batch is mostly in their state
+    updates and expert routing, hide little: the rule pays back only what each weight GEMM's
+    own extra time can cover (`hidden`)."""
 
     model_s: float
     layer_s: float
@@ -334,13 +332,12 @@ class Passes:
     (`kernel_timing.pass_stalls`). A GEMM's weights that miss the cache are streamed
     1 + extra times, each byte at the working set's per-byte stall (`Glue.shares`).
 
-    The library's kernels for a few rows are not one blocked pass: on this project's EPYC
-    VM (PyTorch's MKL `F.linear` below 8 rows, `archsearch.models.gemm`) a 1024 x 2816 weight
-    (11 MiB) in a stream beyond the L3 stalled 1.9 and 2.2 x as long on 2 and 3 rows as on
-    one, 1.1-1.2 x on 4-7 in one probe and 0.6-0.9 x in two others, and less than one row's
-    on 8 (oneDNN, which overlaps); 2 MiB weights 1.1-1.2 x, 6 MiB 1.5-1.9 x. Rows between the
-    table's are interpolated (0 extra at one row), bytes in log2 and held at the ends; GEMMs
-    of more rows than the table's last make one pass."""
+    The library's kernels for a few rows are not one blocked pass: PyTorch's MKL `F.linear`, which
+    `archsearch.models.gemm` leaves below 8 rows, runs 2-3 rows much as separate matrix-vector
+    products, so weights streamed from beyond the last-level cache stall longer on them than on one
+    row, more so the larger the weight, while oneDNN's kernel from 8 rows overlaps its stream. Rows
+    between the table's are interpolated (0 extra at one row), bytes in log2 and held at the ends;
+    GEMMs of more rows than the table's last make one pass."""
 
     rows: tuple[float, ...]
     sizes: tuple[float, ...]  # bytes of one weight

@@ -1,4 +1,4 @@
-"""Linear sequence mixers (`archsearch.models.linear`, seed Linear-MoE Table 1): every family's
+"""Linear sequence mixers (`archsearch.models.linear`, [Linear-MoE] Table 1): every family's
 ops, parameters and recurrent state.
 
 The recurrences follow `archsearch.models.linear.common`: the chunked form (chunks of CHUNK

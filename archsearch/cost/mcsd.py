@@ -1,4 +1,4 @@
-"""MCSD (`archsearch.models.mcsd`, seed MCSD section 2.2): ops, parameters and decode state."""
+"""MCSD (`archsearch.models.mcsd`, [MCSD] section 2.2): ops, parameters and decode state."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ pairs), `lm_head` (with or without the output projection), `unit` ("flops" or "m
 Weights at a precision: fp32 4 bytes, fp16/bf16 2, q8 and q4 in llama.cpp's Q8_0/Q4_0 layout,
 blocks of 32 weights with one fp16 scale: 8.5 and 4.5 bits per weight. Norm weights stay fp32.
 KV caches and states are 16-bit unless the precision is fp32 (llama.cpp keeps an f16 cache for
-quantised weights); `cache_bytes` takes the bit width explicitly (seed PLM eqs. 6-7).
+quantised weights); `cache_bytes` takes the bit width explicitly ([PLM] eqs. 6-7).
 
-Latency (seed PLM section 6 and Appendix D: IO time vs compute time) is a roofline per
+Latency ([PLM] section 6 and Appendix D: IO time vs compute time) is a roofline per
 operation: each op of `counts.model_ops` takes max(FLOPs / (peak x efficiency(rows)),
 bytes / (bandwidth x efficiency)), elementwise ops take their memory time, and every op adds a
 fixed overhead. On a profile with a fitted kernel predictor (`archsearch.cost.kernels`), fp32

@@ -1,13 +1,13 @@
 """Channel mixers (feed-forward networks), all bias-free.
 
-Gated (Shazeer 2020, "GLU variants"): y = W_down(act(x W_gate) * (x W_up)).
-  - `swiglu`: act = SiLU;  `geglu`: act = GELU (exact erf form; the MCSD paper's gated MLP).
+Gated ([GLU]): y = W_down(act(x W_gate) * (x W_up)).
+  - `swiglu`: act = SiLU;  `geglu`: act = GELU (exact erf form; [MCSD]'s gated MLP).
   Parameters: gate (d -> d_ffn), up (d -> d_ffn), down (d_ffn -> d).
   Matmuls per token: d x d_ffn (gate), d x d_ffn (up), d_ffn x d (down).
   (Gate and up are two matmuls, not one fused d x 2 d_ffn: on CPU the fused output's two
   strided halves make the elementwise activation slower than the fusion saves.)
 Non-gated: y = W_down(act(x W_up)).
-  - `relu2`: act = max(0, x)^2 (seed PLM eq. 3);  `gelu`: act = GELU.
+  - `relu2`: act = max(0, x)^2 ([PLM] eq. 3);  `gelu`: act = GELU.
   Parameters: up (d -> d_ffn), down (d_ffn -> d). Matmuls per token: d x d_ffn, d_ffn x d.
 Decode is the same computation on one token.
 """
@@ -69,7 +69,7 @@ class PlainFFN(nn.Module):
 
 
 class ReLU2(PlainFFN):
-    """Squared ReLU, seed PLM eq. 3: ReLU^2(x) = max(0, x)^2."""
+    """Squared ReLU, [PLM] eq. 3: ReLU^2(x) = max(0, x)^2."""
 
     def act(self, x: torch.Tensor) -> torch.Tensor:
         return torch.square(F.relu(x))

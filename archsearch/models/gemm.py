@@ -1,19 +1,17 @@
 """`Linear`: a bias-free `nn.Linear` whose GEMMs run on oneDNN on CPU.
 
-PyTorch runs fp32 `nn.Linear` on MKL. On AMD CPUs (this project's machines are AMD EPYC) MKL
-takes an AVX2 code path, while oneDNN, which ships inside PyTorch (it serves bf16 and inductor),
-has AVX-512 kernels: for the training shapes here its fp32 GEMM measured 1.7-2.5x faster on one
-core. `Linear` keeps the `nn.Linear` parameter (`weight` [out, in]) and runs the forward GEMM
-and both backward GEMMs (grad input = grad @ W, grad weight = grad^T @ x) through
-`torch.ops.mkldnn._linear_pointwise` on ordinary dense tensors, in full fp32 (no reduced
-precision: results agree with MKL to fp32 rounding). It falls back to `F.linear` when the input
-has fewer than MIN_ROWS rows (decode steps, where MKL is as fast), is not a float32 CPU tensor,
-when oneDNN is unavailable, under `torch.compile` (inductor cannot lower the op on weight
-views, and chooses its own CPU GEMMs), or under CPU autocast (which casts `F.linear` to bf16 but
-not this op); `ARCHSEARCH_ONEDNN=0` in the environment turns it
-off. oneDNN
-builds and caches one kernel per GEMM shape (about 0.1 ms each), so layers whose row count
-changes on every call (the routed MoE experts) stay on F.linear.
+PyTorch runs fp32 `nn.Linear` on MKL. On AMD CPUs MKL takes an AVX2 code path, while oneDNN, which
+ships inside PyTorch (it serves bf16 and inductor), has AVX-512 kernels, so for the training shapes
+here its fp32 GEMM is the faster one (`benchmarks/bench_models_vs_hf.py` compares the two). `Linear`
+keeps the `nn.Linear` parameter (`weight` [out, in]) and runs the forward GEMM and both backward
+GEMMs (grad input = grad @ W, grad weight = grad^T @ x) through `torch.ops.mkldnn._linear_pointwise`
+on ordinary dense tensors, in full fp32 (no reduced precision: results agree with MKL to fp32
+rounding). It falls back to `F.linear` when the input has fewer than MIN_ROWS rows (decode steps,
+where MKL is as fast), is not a float32 CPU tensor, when oneDNN is unavailable, under
+`torch.compile` (inductor cannot lower the op on weight views, and chooses its own CPU GEMMs), or
+under CPU autocast (which casts `F.linear` to bf16 but not this op); `ARCHSEARCH_ONEDNN=0` in the
+environment turns it off. oneDNN builds and caches one kernel per GEMM shape (about 0.1 ms each), so
+layers whose row count changes on every call (the routed MoE experts) stay on F.linear.
 
 FLOP counting: a formula for the op is registered with `torch.utils.flop_counter`, so
 FlopCounterMode counts every GEMM as 2 * rows * in * out, exactly as it counts `mm`.

@@ -1,4 +1,4 @@
-"""The MCSD block (seed MCSD, Yang et al. 2024, section 2.2 and the recurrent inference of 2.3).
+"""The MCSD block ([MCSD] §2.2, and the recurrent inference of §2.3).
 
 The input x [T, D] is split into C channels of Dc = D / C features. Per channel i:
   slope section (eqs. 1-6):  U = X W_U,i, V = X W_V,i;  V' = s_i V;  Θ_s = SiLU(V') ⊙ U, where

@@ -1,4 +1,4 @@
-"""Multi-head latent attention (MLA): seed PLM section 2 and Appendix D (DeepSeek-V2 style).
+"""Multi-head latent attention (MLA): [PLM] section 2 and Appendix D (DeepSeek-V2 style).
 
 Shapes: d = d_model, H = n_heads, dn = head_dim (non-rotary q/k size, "d_nope"), dr = rope_dim
 (decoupled rotary key shared by all heads), dv = v_head_dim, dc = kv_rank, dq = q_rank.
@@ -18,9 +18,8 @@ Training forward (the plain, up-projecting form) over T tokens:
   (dc x H(dn+dv)), SDPA over H heads ([T, dn+dr] scores, values of dv), o_proj (H dv x d).
   The values are zero-padded to dn + dr (where dv is less) and the output's extra columns,
   zeros, dropped: torch's fused CPU attention needs one head size for q, k and v, and without
-  it SDPA falls back to its math form, which writes the [T, n] scores out (measured, one
-  thread, 4 heads of 80 / 64: 19.8 ms against 4.6 ms padded at T = 768, 8.4 against 2.7 at
-  512). Only where the fused kernel is enabled: the cost model prices the ideal kernel, and
+  it SDPA falls back to its math form, which writes the [T, n] scores out and is several
+  times slower. Only where the fused kernel is enabled: the cost model prices the ideal kernel, and
   its counts are checked under the math backend, which runs the values unpadded.
 Decode step at context n (the weight-absorbed form, W_UK folded into the query and W_UV into
   the output; `step_reference` keeps the plain form):
@@ -28,7 +27,7 @@ Decode step at context n (the weight-absorbed form, W_UK folded into the query a
   scores: [H, dc] x [dc, m] (latent part) + [H, dr] x [dr, m] (RoPE part); probs [H, m] x
   latents [m, dc]; per head [dc] x W_UV^T [dc, dv]; o_proj.  (m = min(n + 1, window))
 Cache: {"c": [B, m, dc] normalised latents, "k_rope": [B, m, dr] rotated RoPE keys}: exactly
-  (dc + dr) * m elements per layer (seed PLM eq. 7), never the up-projected K and V.
+  (dc + dr) * m elements per layer ([PLM] eq. 7), never the up-projected K and V.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE, Su et al. 2021) on the first `rope_dim` dims of each head.
+"""Rotary position embedding ([RoPE]) on the first `rope_dim` dims of each head.
 
 The rotated dims are split in halves (the GPT-NeoX / Llama "rotate_half" layout): for pair
 (x_i, x_{i + r/2}) at position p, angle p * theta^(-2i / r). No parameters, no matmuls (the

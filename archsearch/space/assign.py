@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from archsearch.errors import UserError
@@ -62,16 +63,17 @@ def _round_to(x: Any, multiple: Any) -> int:
     return max(int(multiple), int(multiple) * round(x / multiple))
 
 
-_RESOLVERS = {
-    "div": _div,
-    "floordiv": lambda a, b: a // b,
-    "mul": lambda a, b: a * b,
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "min": lambda *xs: min(xs),
-    "max": lambda *xs: max(xs),
-    "int": lambda x: int(x),
-    "round_to": _round_to,
+# the space language's resolvers: name -> (function, what it computes)
+RESOLVERS: dict[str, tuple[Callable[..., Any], str]] = {
+    "div": (_div, "a / b; an inexact division of integers rejects the candidate"),
+    "floordiv": (lambda a, b: a // b, "a // b, rounded down"),
+    "mul": (lambda a, b: a * b, "a * b"),
+    "add": (lambda a, b: a + b, "a + b"),
+    "sub": (lambda a, b: a - b, "a - b"),
+    "min": (lambda *xs: min(xs), "the least of its arguments"),
+    "max": (lambda *xs: max(xs), "the largest of its arguments"),
+    "int": (lambda x: int(x), "x rounded towards zero"),
+    "round_to": (_round_to, "x rounded to the nearest multiple of `multiple` (at least one)"),
 }
 
 
@@ -115,10 +117,10 @@ def check_expression(expr: str) -> None:
     for node in _nodes(expr):
         if isinstance(node, OmegaConfGrammarParser.ResolverNameContext):
             name = node.getText()
-            if name not in _RESOLVERS:
+            if name not in RESOLVERS:
                 raise ValueError(
                     f"{expr!r} calls the resolver {name!r}, which is not part of the space "
-                    f"language (known: {', '.join(_RESOLVERS)})"
+                    f"language (known: {', '.join(RESOLVERS)})"
                 )
 
 
@@ -162,7 +164,7 @@ def _register_resolvers() -> None:
     """Register the arithmetic resolvers with OmegaConf (idempotent)."""
     from omegaconf import OmegaConf
 
-    for name, fn in _RESOLVERS.items():
+    for name, (fn, _) in RESOLVERS.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, _per_candidate(name, fn))
 

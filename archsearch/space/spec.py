@@ -51,17 +51,17 @@ from archsearch.space.domains import Choice, Domain, Fixed, Interval, Range, par
 
 # Checked by hand, not by an OmegaConf structured merge: that would take `name: 5` as "5", treat
 # `params: null` as an error, name no key for `params: [...]`, and resolve `${oc.env:...}`.
-_TOP_KEYS = (
-    "name",
-    "description",
-    "base",
-    "params",
-    "derived",
-    "constraints",
-    "objectives",
-    "train",
-    "replicates",
-)
+SPACE_KEYS = {
+    "name": "the space's name: the study's name and run folder (default: the file's stem)",
+    "description": "one line shown by `space show`",
+    "base": "the architecture every candidate starts from: a preset, a path or a mapping",
+    "params": "key path -> sweep value, or {values: <sweep>, when: {key: value-or-list}}",
+    "derived": "key path -> an interpolation over the base and the drawn values",
+    "constraints": "bounds on metrics: {metric, max | min, margin, arguments}",
+    "objectives": "metrics to minimise or maximise: {metric, direction, arguments}",
+    "train": "sandbox-training settings of the sweep's trials (TrainConfig keys)",
+    "replicates": "seeds per architecture of the first two Pareto layers (1: none)",
+}
 MAX_REPLICATES = 100
 MEMO = 4096  # results a space keeps (`SearchSpace.remember`)
 
@@ -243,10 +243,10 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
     """Parse and check a space from plain data; errors name `source` and the key path."""
     if not isinstance(raw, dict):
         raise UserError("a search space must be a YAML mapping", source=source, key="(top level)")
-    unknown = sorted(set(map(str, raw)) - set(_TOP_KEYS))
+    unknown = sorted(set(map(str, raw)) - set(SPACE_KEYS))
     if unknown:
         raise UserError(
-            f"unknown key (known: {', '.join(_TOP_KEYS)})", source=source, key=unknown[0]
+            f"unknown key (known: {', '.join(SPACE_KEYS)})", source=source, key=unknown[0]
         )
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:

@@ -22,15 +22,13 @@ one unknown:
    about its neighbours (a wider model of the same kind learns faster per token, or not).
 3. **The pick**: the untried candidate of largest expected hypervolume improvement. With one
    uncertain objective y and known ones k (all minimised), adding a point (k_c, Y) improves the
-   hypervolume by the integral over the box [k_c, ref_k] of max(0, g(x) - Y), where g(x) is the
-   best y among the front's points with k <= x (capped at the reference). g is constant on the
-   grid cells cut by the front's k values, so with Y ~ N(mu, sd^2) the expectation is exact:
-   sum over cells of (cell volume inside the box) x EI(g_cell), EI(g) = (g - mu) Phi(z) +
-   sd phi(z), z = (g - mu) / sd (the single-objective expected improvement of Jones et al.
-   1998; its use per cell of a two-objective front follows Emmerich et al. 2006, "Single- and
-   multiobjective evolutionary optimization assisted by Gaussian random field metamodels").
-   Trials still in flight count at their predicted mean ("kriging believer", Ginsbourger et
-   al. 2010), so concurrent trials spread over the front instead of piling onto one region.
+   hypervolume by the integral over the box [k_c, ref_k] of max(0, g(x) - Y), where g(x) is the best
+   y among the front's points with k <= x (capped at the reference). g is constant on the grid cells
+   cut by the front's k values, so with Y ~ N(mu, sd^2) the expectation is exact: sum over cells of
+   (cell volume inside the box) x EI(g_cell), EI(g) = (g - mu) Phi(z) + sd phi(z), z = (g - mu) / sd
+   (the single-objective expected improvement of [EI]; its use per cell of a two-objective front
+   follows [EHVI]). Trials still in flight count at their predicted mean ([KrigingBeliever]), so
+   concurrent trials spread over the front instead of piling onto one region.
 4. **The start**: until every value of every categorical parameter (among the feasible
    candidates) has been tried and `N_STARTUP` trials are trained, each pick is a candidate
    showing the most values not tried yet (a seeded random one of those). A value no trial has
@@ -41,9 +39,10 @@ one unknown:
    candidate; when none is left, Optuna's random sampler (the sweep then sees duplicates and
    ends).
 
-Measured (`python benchmarks/bench_search_efficiency.py`): see the README's search-efficiency
-table. The sampler needs exactly one objective that training measures; the sweep refuses it
-otherwise (exit 2) before anything runs.
+Its search efficiency against TPE and random search is measured by
+`benchmarks/bench_search_efficiency.py` (the documentation's benchmarks page). The sampler needs
+exactly one objective that training measures; the sweep refuses it otherwise (exit 2) before
+anything runs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pareto-aware early stopping (`early_stopping=pareto`, issue 12 item 4).
+"""Pareto-aware early stopping (`early_stopping=pareto`).
 
 ASHA and the median rule stop a trial for its first training objective alone, so a model whose
 loss trails but whose latency would put it on the front is stopped with the rest. This rule
@@ -20,13 +20,13 @@ stops a trial only when even its optimistic outcome could not reach the front:
   fit: ValueError) the trial goes on.
 
 Before the study has a front to compare with, a second test compares like with like, after
-multi-objective successive halving (Schmucker et al. 2021, "Multi-objective Asynchronous
-Successive Halving", arXiv:2106.12639): at each eval point (a rung) the trial's measured loss
+multi-objective successive halving ([MO-ASHA]): at each eval point (a rung) the trial's loss
 and its cost objectives are compared with those of every other trial that reached the same
 fraction of the same budget; the trial is stopped when one of them is no worse on every cost
-objective and lower in loss by more than `RUNG_MARGIN` (relative): twice the seed noise of
-the difference of two single-seed losses (on `search_small` at 160K tokens, where no
-true-front member trails a no-slower architecture by more than 1.4% at any rung). It applies
+objective and lower in loss by more than `RUNG_MARGIN` (relative): twice the standard deviation
+of the difference of two single-seed losses on `search_small`'s ground truth
+(`benchmarks/bench_loss_axis.py`), wider than the gap by which a true-front member trails a
+no-slower architecture there at any rung. It applies
 only where every training objective is a measured `val_loss` / `val_ppl` (a probe accuracy or
 a loss predicted at another budget could rank otherwise).
 

@@ -1,4 +1,4 @@
-"""Training trained trials' architectures again (issue 12): replicates and confirmations.
+"""Training trained trials' architectures again: replicates and confirmations.
 
 A replicate trains a trained trial's architecture with another seed at the same budget
 (`replicates: N`: seeds `train.seed+1 .. train.seed+N-1` for every trained feasible trial in the
@@ -198,7 +198,7 @@ def training_index(objectives: list[str]) -> int | None:
 def pareto_layers(
     records: list[TrialRecord], directions: list[str], layers: int
 ) -> list[list[TrialRecord]]:
-    """The first `layers` layers of non-dominated sorting (Deb et al. 2002, through moocore) of
+    """The first `layers` layers of non-dominated sorting ([NSGA-II], through moocore) of
     the fully trained feasible trials on the study's stored objectives."""
     import moocore
     import numpy as np

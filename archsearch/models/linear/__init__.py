@@ -1,4 +1,4 @@
-"""Linear sequence mixers of seed Linear-MoE Table 1, one family per module; the shared
+"""Linear sequence mixers of [Linear-MoE] Table 1, one family per module; the shared
 recurrences (reference, chunked, one-step) live in `common`."""
 
 from archsearch.models.linear.deltanet import DeltaNet, GatedDeltaNet

@@ -1,4 +1,4 @@
-"""Shared machinery of the linear sequence mixers (seed Linear-MoE eq. 5, Table 1).
+"""Shared machinery of the linear sequence mixers ([Linear-MoE] eq. 5, Table 1).
 
 Every family is an instance of the unified recurrence M_s = Θ_s ◇ M_{s-1} + k_s^T v_s with a
 per-head state S of shape [dk, dv]. Two recurrences cover all of them:
@@ -23,7 +23,7 @@ are factored around a reference point at the start of each SUBCHUNK = 16 sub-blo
 of the GLA paper's secondary chunking): there a key factor can reach exp(16 * |g|), so
 per-channel log decays are clamped at LOG_DECAY_MIN = -4 per step (a decay factor of at least
 0.018 per token; the clamp is applied identically in every form, so the forms stay exactly
-equal). The delta rule uses the UT / WY transform of Yang et al. (2024): within a chunk,
+equal). The delta rule uses the UT / WY transform of [DeltaNet]: within a chunk,
 U = (I + A)^{-1} (diag(β) V - diag(β γ) K S_0) with A_ts = β_t (k_t . k_s) γ_t / γ_s (s < t),
 solved by one unit lower-triangular solve with the [L, dv + dk] right-hand side [diag(β) V,
 diag(β γ) K] (not a matmul: about L^2 (dv + dk) / 2 multiply-adds per chunk and head).

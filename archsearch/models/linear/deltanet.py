@@ -1,5 +1,5 @@
-"""DeltaNet and Gated DeltaNet: the delta rule (Schlag et al. 2021; Yang et al. 2024a, 2024b;
-seed Linear-MoE Table 1).
+"""DeltaNet and Gated DeltaNet: the delta rule ([FastWeights]; [DeltaNet], [GatedDeltaNet];
+[Linear-MoE] Table 1).
 
   deltanet:        M_s = (I - β_s k_s^T k_s) M_{s-1} + β_s k_s^T v_s
   gated_deltanet:  M_s = a_s (I - β_s k_s^T k_s) M_{s-1} + β_s k_s^T v_s

@@ -1,4 +1,4 @@
-"""Gated linear attention (GLA; Yang et al. 2023; seed Linear-MoE Table 1):
+"""Gated linear attention ([GLA]; [Linear-MoE] Table 1):
 M_s = diag(a_s) M_{s-1} + k_s^T v_s, o_s = q_s M_s, with a data-dependent decay per key channel
 a_s = sigmoid(x_s W_a1 W_a2)^(1/16) (log a_s = logsigmoid(.) / 16, the GLA paper's gate
 normaliser), W_a1 W_a2 a low-rank map of rank `gate_rank`.

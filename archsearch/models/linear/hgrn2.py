@@ -1,4 +1,4 @@
-"""HGRN2 (Qin et al. 2024; seed Linear-MoE Table 1): M_s = diag(a_s) M_{s-1} + (1 - a_s)^T v_s,
+"""HGRN2 ([HGRN2]; [Linear-MoE] Table 1): M_s = diag(a_s) M_{s-1} + (1 - a_s)^T v_s,
 o_s = q_s M_s, with a forget gate a_s = sigmoid(x_s W_f) per key channel and its complement
 1 - a_s as the key (state expansion of the gated linear RNN).
 

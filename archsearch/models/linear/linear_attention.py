@@ -1,4 +1,4 @@
-"""Basic linear attention (BLA; Katharopoulos et al. 2020; seed Linear-MoE eqs. 3-4, Table 1):
+"""Basic linear attention (BLA; [LinearAttention]; [Linear-MoE] eqs. 3-4, Table 1):
 M_s = M_{s-1} + φ(k_s)^T v_s,  o_s = φ(q_s) M_s  [/ φ(q_s) z_s,  z_s = z_{s-1} + φ(k_s)^T].
 
 `feature_map` φ: identity, elu (elu(x) + 1) or relu, applied to queries and keys; queries are

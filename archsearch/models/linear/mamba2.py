@@ -1,4 +1,4 @@
-"""Mamba2 (Dao & Gu 2024; SSD; seed Linear-MoE Table 1): M_s = exp(-a b_s) M_{s-1} +
+"""Mamba2 ([Mamba2], SSD; [Linear-MoE] Table 1): M_s = exp(-a b_s) M_{s-1} +
 b_s k_s^T v_s, a scalar data-dependent decay per head.
 
 Per head h (headdim P = value_dim, d_state N = key_dim shared by all heads, one group):

@@ -1,4 +1,4 @@
-"""RetNet retention (Sun et al. 2023; seed Linear-MoE Table 1): M_s = γ_h M_{s-1} + k_s^T v_s,
+"""RetNet retention ([RetNet]; [Linear-MoE] Table 1): M_s = γ_h M_{s-1} + k_s^T v_s,
 o_s = q_s M_s, with a fixed decay per head γ_h = 1 - 2^(-5-h), h = 0..H-1.
 
 Fixed choices: queries scaled by dk^-1/2; RetNet's xPos rotation of q and k is left out (it is

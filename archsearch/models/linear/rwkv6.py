@@ -1,4 +1,4 @@
-"""RWKV6 "Finch" time mixing (Peng et al. 2024; seed Linear-MoE Table 1):
+"""RWKV6 "Finch" time mixing ([RWKV6]; [Linear-MoE] Table 1):
 M_s = diag(w_s) M_{s-1} + k_s^T v_s with a data-dependent decay per key channel, read before
 the update with a bonus u for the current token: o_s = r_s (M_{s-1} + diag(u) k_s^T v_s).
 

@@ -1,4 +1,4 @@
-"""ReGLU channel mixer (Shazeer 2020, "GLU Variants Improve Transformer"): built by archsearch
+"""ReGLU channel mixer ([GLU]): built by archsearch
 as `ReGLU(d_model, d_ffn)`; down(relu(x W_g) * (x W_u)). Parameters 3 d F; FLOPs 6 d F per
 token (three matmuls), which archsearch counts by tracing."""
 

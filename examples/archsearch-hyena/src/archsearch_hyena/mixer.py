@@ -1,4 +1,4 @@
-"""A Hyena-style long-convolution sequence mixer (Poli et al. 2023, "Hyena Hierarchy"), order 1.
+"""A Hyena-style long-convolution sequence mixer ([Hyena]), order 1.
 
 For x [B, T, d], with W = round(linear.expand * d) channels:
 
@@ -8,7 +8,7 @@ For x [B, T, d], with W = round(linear.expand * d) channels:
     z_t = sum_{s <= t} h_{t-s} * u_s + D * u_t   per channel, a filter as long as the sequence
     y = (b * z) W_out                             W_out: W -> d
 
-The long filter h is implicit (Hyena section 3.3): h_t = MLP(pos(t)) * exp(-alpha t), the MLP
+The long filter h is implicit ([Hyena] §3.3): h_t = MLP(pos(t)) * exp(-alpha t), the MLP
 Linear(F, R) -> sin -> Linear(R, W) over F = 2 x 8 sinusoidal features of the lag t, with
 R = linear.gate_rank, and a fixed decay alpha per channel; its parameters do not depend on the
 sequence length. ArchConfig fields read: d_model, linear.expand, linear.gate_rank,
