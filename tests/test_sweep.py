@@ -235,8 +235,12 @@ def test_the_main_job_trains_real_models_and_keeps_ray_contained(tmp_path):
     res = sweep(
         tmp_path,
         "trials=2",
-        "budget=tokens:6K",
+        "budget=tokens:12K",
         "train.eval_batches=2",
+        # fair trials: each trial searches its rate first, and the study keeps the search
+        "train.lr_search=halving",
+        "train.lr_grid=[1e-3,3e-3]",
+        "train.lr_search_share=0.5",
         env={"HOME": str(home), "TMPDIR": str(temp)},
         timeout=600,
     )
@@ -248,6 +252,10 @@ def test_the_main_job_trains_real_models_and_keeps_ray_contained(tmp_path):
     assert trained and all(r.values[0] > 0 for r in trained)
     assert all(r.attrs["train_metrics"]["tokens_per_s"] > 0 for r in trained)
     assert all(r.attrs["budget"]["tokens"] > 0 for r in trained)
+    for r in trained:  # two short runs within half of the trial's budget, counted
+        search = r.attrs["lr_search"]
+        assert search["chosen"] in (1e-3, 3e-3) and len(search["runs"]) == 2
+        assert 0 < search["tokens"] <= 0.5 * r.attrs["budget"]["tokens"]
     assert list(home.iterdir()) == []  # no ~/.ray, no ~/ray_results
     assert list(temp.glob("archsearch-ray-*")) == []  # Ray's session files removed
     shutil.rmtree(temp)
