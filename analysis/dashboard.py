@@ -101,6 +101,7 @@ def front_payload(
             f"reference point ({', '.join(f'{x:.4g}' for x in p.reference)})"
             + (f"; {shown_note(p, SHOWN_ROWS)}" if shown_note(p, SHOWN_ROWS) else "")
             + (f"; latency error: {latency_note(p)}" if latency_note(p) else "")
+            + (f"; {data.unreadable_note()}" if data.unreadable else "")
         ),
         "axes": [a.label for a in p.axes],
         "device": device,

@@ -35,7 +35,7 @@ from archsearch.analysis.noise import SeedNoise, noise_aware_front, seed_noise
 from archsearch.analysis.proxies import Proxies, proxies
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
-from archsearch.study import StudyData, TrialRecord, redact
+from archsearch.study import DamagedAttribute, StudyData, TrialRecord, redact
 
 
 @dataclass
@@ -159,6 +159,7 @@ class Pareto:
             "axes": [{"label": a.label, "direction": a.direction} for a in self.axes],
             "trials": len(self.study.records),
             "statuses": self.status_counts(),
+            "unreadable": {str(n): why for n, why in sorted(self.study.unreadable.items())},
             "fully_trained": len(self.trained),
             "front": self.front_rows(),
             "reference_point": [float(x) for x in self.reference],
@@ -230,7 +231,11 @@ def analyse(
     reference: list[float] | None = None,
     is_default: bool = True,
 ) -> Pareto:
-    """The front of `data` on `device` over `axes` (see the module docstring)."""
+    """The front of `data` on `device` over `axes` (see the module docstring). A trial whose
+    stored attributes this analysis reads are damaged is left out and named
+    (`StudyData.unreadable`)."""
+    data.require_trained()
+    screen(data, axes)
     data.require_trained()
     predict_axes(
         data.records,
@@ -293,6 +298,37 @@ def analyse(
         ties=ties,
         corrected=corrected,
     )
+
+
+# what each kind of trial must store for the analysis to use it
+REQUIRED = {
+    "trained": ("arch",),
+    "replicate": ("replicate_of",),
+    "confirmation": ("confirms", "budget_factor", "seed", "confirm_values"),
+}
+READ = ("costs", "metrics", "predicted", "budget", "probes", "replicate_values", "confirm_train")
+
+
+def screen(data: StudyData, axes: list[Axis]) -> None:
+    """Leave out of `data` the trials whose stored attributes the analysis reads are damaged
+    or, where it needs them (`REQUIRED`), missing: each one's attributes are decoded and
+    checked now (`archsearch.study.schema.ATTR_KINDS`), and its value on every axis taken."""
+
+    def use(r: TrialRecord) -> None:
+        kind = "trained" if r.fully_trained else r.status
+        needed = REQUIRED.get(kind, ())
+        if kind == "failed" and "confirms" in r.attrs:  # a confirmation that failed
+            kind, needed = "confirmation", REQUIRED["confirmation"][:-1]
+        missing = [key for key in needed if r.attrs.get(key) is None]
+        if missing:
+            raise DamagedAttribute(r.number, missing[0], "missing")
+        for key in READ:
+            r.attrs.get(key)
+        if kind not in ("duplicate", "replicate", "confirmation"):
+            for a in axes:
+                value_of(r, a.label, data.objectives)
+
+    data.screen(use)
 
 
 def _number(x: float) -> float | None:

@@ -22,7 +22,18 @@ def _open(cfg: Any):
 
     if not cfg.study:
         raise UserError("name the study: study=<run dir, SQLite file or database URL>", key="study")
-    return load(cfg.study, cfg.study_name)
+    return check_study_train(load(cfg.study, cfg.study_name))
+
+
+def check_study_train(data):
+    """`data`, once the training settings its metadata stores read as settings (damaged
+    ones: one line naming the study's metadata and the key)."""
+    from archsearch.trainers.config import TrainConfig
+
+    train = data.meta.get("train")
+    if train:
+        TrainConfig.from_dict(train, source=f"study {data.name!r} metadata", prefix="train")
+    return data
 
 
 def study_device(name: str | None, data) -> str:
@@ -90,6 +101,7 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
     for k, v in front_facts(p):
         if k in (
             "trials",
+            "unreadable",
             "reference point",
             "hypervolume",
             "constraints",
@@ -119,7 +131,12 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
             key="trial",
         )
     name = check_name(cfg.name or f"{data.name}_trial{r.number}", what="preset", key="name")
-    arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
+    try:
+        arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
+    except UserError as err:
+        raise UserError(
+            f"trial {r.number}'s stored architecture does not read as one: {err}", key="trial"
+        ) from None
     out = check_writable_dir(
         Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export", key="out"
     )
@@ -200,13 +217,13 @@ def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
     import signal
 
     from archsearch.analysis.dashboard import PAGE, make_app, optuna_study_path, serve
-    from archsearch.study import open_storage, redact
+    from archsearch.study import redact
 
     if not 0 <= cfg.port <= 65535:
         raise UserError(f"must be 0 (any free port) to 65535, got {cfg.port}", key="port")
     data = _open(cfg)
     data.require_trained()
-    storage = open_storage(data.url)
+    storage = data.storage  # read-only: optuna-dashboard's pages cannot write through it
     app = make_app(storage, data.url, data.name, data.home)
     server = serve(app, cfg.host, cfg.port)
     host, port = server.server_address[:2]

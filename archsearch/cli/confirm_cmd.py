@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.cli import output
+from archsearch.cli.analysis_cmd import check_study_train
 from archsearch.errors import UserError
 from archsearch.resources import check_writable_dir
 
@@ -31,7 +32,7 @@ def run(_sub: str | None, cfg: Any) -> int:
     resources = Resources.of(cfg)
     resources.check()
     where, name = _where(cfg)
-    data: StudyData = load(where, name)
+    data: StudyData = check_study_train(load(where, name))
     data.require_trained()
     run_dir = Path(cfg.run_dir) if cfg.run_dir else data.home or Path("runs") / data.name
     check_writable_dir(run_dir, key="run_dir")
@@ -94,14 +95,13 @@ def _train(data, todo, cfg: Any, trainable, resources, run_dir: Path):
     import optuna
 
     from archsearch.cli.progress import StepProgress
-    from archsearch.study import StudyWriter
+    from archsearch.study import StudyWriter, open_storage
     from archsearch.sweep.ray_runtime import contain_ray, ray_session
     from archsearch.sweep.retrain import run_jobs
 
     contain_ray(cfg.ray.verbose, cfg.ray.address)
-    writer = StudyWriter(
-        data.storage, optuna.load_study(study_name=data.name, storage=data.storage)
-    )
+    storage = open_storage(data.url)  # the study was read read-only; confirmations are written
+    writer = StudyWriter(storage, optuna.load_study(study_name=data.name, storage=storage))
     done: list[int] = []
     with (
         ray_session(

@@ -143,24 +143,32 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
             for tid, key, raw in _rows(conn, user_q, {**span, **eager}):
                 if tid in ids:
                     user.setdefault(tid, {})[key] = raw
+            damaged: dict[int, str] = {}  # what cannot be decoded, by trial id
             system: dict[int, dict[str, Any]] = {}
             for tid, key, raw in _rows(
                 conn, system_q, {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
             ):
                 if tid in ids:
-                    system.setdefault(tid, {})[key] = json.loads(raw)
+                    try:
+                        system.setdefault(tid, {})[key] = json.loads(raw)
+                    except ValueError:
+                        damaged.setdefault(tid, f"its stored {key!r} is not JSON")
             params: dict[int, dict[str, Any]] = {}
             for tid, name, value, dist in _rows(conn, params_q, span):
                 if tid in ids:
-                    params.setdefault(tid, {})[name] = _param(value, dist)
+                    try:
+                        params.setdefault(tid, {})[name] = _param(value, dist)
+                    except (ValueError, KeyError, TypeError):
+                        damaged.setdefault(tid, f"its parameter {name!r} is damaged")
             yield [
                 TrialRecord.from_stored(
                     number,
                     state,
                     [v for _, v in sorted(values[tid].items())] if tid in values else None,
-                    StoredAttrs(user.get(tid, {}), columns.reader(tid)),
+                    StoredAttrs(user.get(tid, {}), columns.reader(tid), number=number),
                     _constraints(system.get(tid, {})),
                     params.get(tid, {}),
+                    damaged.get(tid, ""),
                 )
                 for tid, number, state in trials
             ]
@@ -244,7 +252,8 @@ def _param(value: float, distribution_json: str) -> Any:
 def _constraints(system: dict[str, Any]) -> dict[str, float]:
     """Constraint values as `FrozenTrial.constraints` gives them: the old list by position,
     then the new keys."""
-    out = {str(i): c for i, c in enumerate(system.get(_CONSTRAINTS) or [])}
+    old = system.get(_CONSTRAINTS) or []
+    out = {str(i): c for i, c in enumerate(old if isinstance(old, list) else [old])}
     prefix = _CONSTRAINTS + ":"
     out.update({k[len(prefix) :]: v for k, v in system.items() if k.startswith(prefix)})
     return out

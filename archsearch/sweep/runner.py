@@ -31,6 +31,7 @@ from archsearch.study import (
     StudyMeta,
     StudyWriter,
     check_storage_reachable,
+    check_study_storage,
     default_storage_url,
     open_storage,
     study_names,
@@ -342,6 +343,8 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     url = cfg.storage.url or default_storage_url(run_dir)
     if cfg.storage.url:
         check_storage_reachable(url)
+    # a file or database that is not an Optuna study of this schema is refused untouched
+    check_study_storage(url, creating=True, key="storage.url" if cfg.storage.url else "run_dir")
     train = train_settings(space, cfg)
     check_placement(cfg, train)
     check_latency_runtime(cfg, device)
