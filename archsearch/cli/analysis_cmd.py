@@ -118,7 +118,14 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
 
 
 def export_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.analysis.export import RECIPE_SUFFIX, hf_config, write_recipe
+    from archsearch import yamlio
+    from archsearch.analysis.export import (
+        RECIPE_SUFFIX,
+        hf_config,
+        recipe_path,
+        recipe_text,
+        write_files,
+    )
     from archsearch.arch import ArchConfig
 
     if cfg.trial is None:
@@ -137,10 +144,14 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         raise UserError(
             f"trial {r.number}'s stored architecture does not read as one: {err}", key="trial"
         ) from None
-    out = check_writable_dir(
-        Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export", key="out"
-    )
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export"
+    if not cfg.out and out.is_symlink():
+        raise UserError(
+            f"{str(out)!r} is a symbolic link: an export never writes through a link "
+            "(give out= the folder you mean)",
+            key="out",
+        )
+    out = check_writable_dir(out, key="out")
     values = dict(zip(data.objectives, r.values)) if r.values is not None else {}
     preset = out / f"{name}.yaml"
     header = [
@@ -150,12 +161,13 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         f"# Train it as the sweep did: archsearch train arch={preset}",
         f"# (the recipe is {preset.stem}{RECIPE_SUFFIX}; add budget=... to train it longer)",
     ]
-    preset.write_text("\n".join(header) + "\n" + arch.to_yaml())
-    assert ArchConfig.from_yaml(preset).arch_hash == arch.arch_hash  # it reads back the same
+    files = {preset: "\n".join(header) + "\n" + arch.to_yaml()}
+    back = ArchConfig.from_dict(yamlio.loads(files[preset], source=str(preset)))
+    assert back.arch_hash == arch.arch_hash  # it reads back the same
     recipe = None
     if data.meta.get("train") is not None:
-        recipe = write_recipe(
-            preset,
+        recipe = recipe_path(preset)
+        files[recipe] = recipe_text(
             data.meta["train"],
             [
                 f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
@@ -167,8 +179,8 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
     hf_path = None
     if hf.config is not None:
         hf_path = out / name / "config.json"
-        hf_path.parent.mkdir(parents=True, exist_ok=True)
-        hf_path.write_text(json.dumps(hf.to_json(), indent=2) + "\n")
+        files[hf_path] = json.dumps(hf.to_json(), indent=2) + "\n"
+    write_files(out, files, overwrite=cfg.overwrite)
     data_out = {
         "trial": r.number,
         "status": r.status,
