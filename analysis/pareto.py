@@ -10,6 +10,7 @@ tied with the points that dominate it (`Pareto.ties`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -172,10 +173,17 @@ class Pareto:
 
 
 def choose_axes(
-    data: StudyData, device: str, x: str | None, y: str | None, z: str | None
+    data: StudyData,
+    device: str,
+    x: str | None,
+    y: str | None,
+    z: str | None,
+    *,
+    devices: Collection[str] | None = None,
 ) -> tuple[list[Axis], bool]:
     """The axes named on the command line, else the study's objectives on the device.
-    (Axes, whether they are the study's own.)"""
+    (Axes, whether they are the study's own.) With `devices`, a device an axis names must be
+    one of them (by name: no profile is read from a path)."""
     defaults = default_axes(data.objectives, data.directions, device)
     if x is None and y is None and z is None:
         return defaults, True
@@ -190,6 +198,7 @@ def choose_axes(
             directions=data.directions,
             meta=data.meta,
             key=key,
+            devices=devices,
         )
 
     def default_for(want_train: bool) -> Axis:
