@@ -37,12 +37,11 @@ def check_study_train(data):
 
 
 def study_device(name: str | None, data) -> str:
-    """The device asked for (checked), else the one the sweep ran for."""
+    """The name of the device asked for (a profile's name, or a profile file's, loaded and
+    checked), else the one the sweep ran for."""
     from archsearch.cost.devices import load_device
 
-    device = name or data.meta.get("device") or "rpi5"
-    load_device(device)
-    return device
+    return load_device(name or data.meta.get("device") or "rpi5").name
 
 
 # ---- archsearch pareto --------------------------------------------------------------------------
@@ -301,8 +300,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
     max_params = parse_quantity(cfg.max_params, "count", source=None, key="max_params")
     archs = [load_arch(n) for n in names]
-    for d in devices:
-        load_device(d)
+    devices = [load_device(d).name for d in devices]  # a profile file: by its name from here
     out = Path(cfg.out) if cfg.out else Path("runs") / "profile" / "-".join(a.name for a in archs)
     check_writable_dir(out, key="out")  # before anything is measured
     s = Settings(
