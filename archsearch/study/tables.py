@@ -31,6 +31,7 @@ __all__ = [
     "EAGER_ATTRS",
     "PAGE",
     "SCHEMA_REVISIONS",
+    "heartbeat_ages",
     "read_records",
     "schema_revision",
     "study_version",
@@ -72,6 +73,39 @@ def study_version(storage, study_name: str) -> tuple | None:
             return tuple(conn.execute(q, {"name": study_name}).one())
     except sqlalchemy.exc.SQLAlchemyError:
         return None
+
+
+def heartbeat_ages(storage, study_name: str) -> dict[int, float] | None:
+    """Seconds since the last heartbeat of each RUNNING trial of the study that has one, by
+    the database's own clock (Optuna's heartbeat is written with it); None where the tables
+    cannot be read."""
+    import datetime
+
+    import sqlalchemy
+
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sqlalchemy.engine.Engine):
+        return None
+    now = "CURRENT_TIMESTAMP" if engine.dialect.name == "sqlite" else "LOCALTIMESTAMP"
+    q = sqlalchemy.text(
+        f"SELECT t.number, h.heartbeat, {now} FROM trials t "
+        "JOIN studies s ON s.study_id = t.study_id "
+        "JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+        "WHERE s.study_name = :name AND t.state = 'RUNNING'"
+    )
+
+    def when(value) -> datetime.datetime:
+        value = datetime.datetime.fromisoformat(value) if isinstance(value, str) else value
+        return value.replace(tzinfo=None)
+
+    try:
+        if schema_revision(engine) not in SCHEMA_REVISIONS:
+            return None
+        with engine.connect() as conn:
+            rows = conn.execute(q, {"name": study_name}).all()
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError):
+        return None
+    return {int(n): (when(at) - when(beat)).total_seconds() for n, beat, at in rows}
 
 
 def read_records(

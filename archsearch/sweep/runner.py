@@ -358,8 +358,14 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     check_feasible(space, device)
     trainable = import_trainable(cfg.trainable)
 
+    left_alone: list[str] = []  # driver records of this run dir the clean-up did not honour
     with ray_session(
-        cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose, cfg.ray.num_gpus, run_dir=run_dir
+        cfg.ray.address,
+        cfg.ray.num_cpus,
+        cfg.ray.verbose,
+        cfg.ray.num_gpus,
+        run_dir=run_dir,
+        left_alone=left_alone,
     ):
         check_cluster_gpus(cfg)
         measure = None
@@ -469,6 +475,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "sampler": sampler_name.value,
         "early_stopping": cfg.early_stopping.value,
         "reference_point": StudyMeta.from_study(writer.study).reference,
+        "left_alone": left_alone,
         **retrained,
     }
     (run_dir / "sweep.json").write_text(json.dumps(summary, indent=2))
