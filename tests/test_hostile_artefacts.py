@@ -1101,6 +1101,8 @@ SECRET_YAML = "LEAKED_KEY_7: 1\n"
 
 REQUESTS = [
     Request("front-ok", "/archsearch/api/front", 200),
+    Request("optuna-dashboard-studies", "/api/studies", 200),
+    Request("optuna-dashboard-study", "/api/studies/1?after=0", 200),
     Request("axis-device-path", "/archsearch/api/front?x=decode_ms@{secret}", 400),
     Request("axis-device-key-path", "/archsearch/api/front?x=decode_ms@device:{secret}", 400),
     Request("axis-y-device-path", "/archsearch/api/front?y=ttft_ms[{secret}]", 400),
@@ -1334,3 +1336,114 @@ def test_the_corpus_is_large():
     records = len(FORGED) + 3
     total = len(CASES) + len(REQUESTS) + 2 + records
     assert total >= 80, total
+
+
+# ---- warnings never precede the one line ----------------------------------------------------
+
+
+def _warns_then(fail: bool):
+    def handler(_sub, _cfg) -> int:
+        import warnings
+
+        import numpy as np
+
+        with np.errstate(over="warn"):
+            np.float64(1e300) * np.float64(1e300)  # numpy's RuntimeWarning, as a library's
+        warnings.warn("a library's own notice", UserWarning, stacklevel=1)
+        if fail:
+            from archsearch.errors import UserError
+
+            raise UserError("the figure is refused", key="device")
+        return 0
+
+    return handler
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["error", "success"])
+def test_library_warnings_never_precede_the_one_error_line(fail, monkeypatch, capsys):
+    import dataclasses
+    import warnings
+
+    from archsearch.cli import COMMANDS
+
+    monkeypatch.setattr("tests.test_hostile_artefacts.stand_in", _warns_then(fail), raising=False)
+    stub = dataclasses.replace(COMMANDS["cost"], handler="tests.test_hostile_artefacts:stand_in")
+    monkeypatch.setitem(COMMANDS, "cost", stub)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        code = main(["cost", "arch=tiny_gqa"])
+    err = capsys.readouterr().err
+    if fail:
+        assert code == 2 and err == "archsearch: error: device: the figure is refused\n"
+        assert shown == []
+    else:  # a command that succeeds still shows them, after it ran
+        assert code == 0
+        assert {w.category for w in shown} == {RuntimeWarning, UserWarning}
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_driver_elsewhere_counts_as_running_while_its_heartbeat_is_fresh(tmp_path):
+    """A sweep driver of another host is alive for `confirm` while Optuna's heartbeat of its
+    trial (the database's clock) is younger than the grace period, and not after."""
+    import optuna
+
+    from archsearch.study import StudyMeta, StudyWriter, load, open_storage
+    from archsearch.study.tables import heartbeat_ages
+    from archsearch.sweep.drivers import GRACE_S, drivers_alive
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(url, heartbeat_s=5, grace_s=GRACE_S)
+    meta = StudyMeta(objectives=["val_loss"], directions=["minimize"])
+    writer, _ = StudyWriter.create_or_open(storage, "s", meta, driver="far.example:7:1.00")
+    trial = writer.ask()  # stamped with the driver, and its first heartbeat
+    writer.set_attrs(trial, {"status": "running"})
+    data = load(url, "s")
+    ages = heartbeat_ages(data.storage, "s")
+    assert set(ages) == {trial.number} and 0 <= ages[trial.number] < GRACE_S
+    assert drivers_alive(data.records, ages) == {trial.number: "far.example:7:1.00"}
+    assert drivers_alive(data.records, {trial.number: GRACE_S + 1}) == {}
+
+
+def test_postgresql_is_looked_at_and_read_in_read_only_transactions(capsys):
+    """On a server: a database without a study is refused and left without tables; a study
+    is read in read-only transactions (a write through the reader fails); one of a newer
+    Optuna schema is refused naming both versions."""
+    import optuna
+    import sqlalchemy
+
+    from archsearch.study import StudyMeta, StudyWriter, load, open_storage
+    from tests.pgserver import private_postgres
+
+    def tables(url: str) -> set[str]:
+        engine = sqlalchemy.create_engine(url)
+        try:
+            return set(sqlalchemy.inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+
+    with private_postgres() as url:
+        assert main(["pareto", f"study={url}"]) == 2
+        err = capsys.readouterr().err
+        assert tables(url) == set()  # nothing was created
+        assert err.count("\n") == 1 and "holds no Optuna study" in err, err
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        meta = StudyMeta(objectives=["val_loss"], directions=["minimize"])
+        writer, _ = StudyWriter.create_or_open(open_storage(url), "s", meta)
+        writer.finish(writer.ask(), "trained", "", {"arch": {"d_model": 64}}, [1.0])
+        data = load(url, "s")
+        with data.storage.engine.connect() as conn:
+            assert conn.execute(sqlalchemy.text("SHOW transaction_read_only")).scalar() == "on"
+        with pytest.raises(optuna.exceptions.StorageInternalError) as refused:
+            data.study.set_user_attr("x", 1)
+        assert "read-only transaction" in str(refused.value.__cause__)
+
+        engine = sqlalchemy.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(sqlalchemy.text("UPDATE alembic_version SET version_num = 'v9.0.0.a'"))
+            conn.execute(sqlalchemy.text("UPDATE version_info SET library_version = '9.1.0'"))
+        engine.dispose()
+        assert main(["pareto", f"study={url}", "study_name=s"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "9.1.0" in err and "v9.0.0.a" in err, err
