@@ -10,6 +10,7 @@ tied with the points that dominate it (`Pareto.ties`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -309,19 +310,29 @@ def analyse(
     )
 
 
-# what each kind of trial must store for the analysis to use it
+# what each kind of trial must store for the analysis to use it (a trained trial's `arch` is
+# optional: studies may store values alone; where stored, it is checked like the rest)
 REQUIRED = {
-    "trained": ("arch",),
     "replicate": ("replicate_of",),
     "confirmation": ("confirms", "budget_factor", "seed", "confirm_values"),
 }
-READ = ("costs", "metrics", "predicted", "budget", "probes", "replicate_values", "confirm_train")
+READ = (
+    "arch",
+    "costs",
+    "metrics",
+    "predicted",
+    "budget",
+    "probes",
+    "replicate_values",
+    "confirm_train",
+)
 
 
 def screen(data: StudyData, axes: list[Axis]) -> None:
-    """Leave out of `data` the trials whose stored attributes the analysis reads are damaged
-    or, where it needs them (`REQUIRED`), missing: each one's attributes are decoded and
-    checked now (`archsearch.study.schema.ATTR_KINDS`), and its value on every axis taken."""
+    """Leave out of `data` the trials whose stored attributes the analysis reads (`READ`)
+    are damaged or, where it needs them (`REQUIRED`), missing: each one's attributes are
+    decoded and checked now (`archsearch.study.schema.ATTR_KINDS`), and its value on every
+    axis taken, before anything is written."""
 
     def use(r: TrialRecord) -> None:
         kind = "trained" if r.fully_trained else r.status
@@ -333,11 +344,30 @@ def screen(data: StudyData, axes: list[Axis]) -> None:
             raise DamagedAttribute(r.number, missing[0], "missing")
         for key in READ:
             r.attrs.get(key)
+        arch = r.attrs.get("arch")
+        if kind == "trained" and arch is not None:
+            text = json.dumps(arch, sort_keys=True)
+            if text not in readable:
+                readable[text] = _arch_problem(arch)
+            if readable[text]:
+                raise DamagedAttribute(r.number, "arch", readable[text])
         if kind not in ("duplicate", "replicate", "confirmation"):
             for a in axes:
                 value_of(r, a.label, data.objectives)
 
+    readable: dict[str, str] = {}  # an architecture's JSON -> what is wrong with it ("")
     data.screen(use)
+
+
+def _arch_problem(arch: dict[str, Any]) -> str:
+    """'' when a stored architecture reads as an `ArchConfig`, else what is wrong."""
+    from archsearch.arch import ArchConfig
+
+    try:
+        ArchConfig.from_dict(arch)
+    except UserError as err:
+        return f"not an architecture ({err})"
+    return ""
 
 
 def _number(x: float) -> float | None:
