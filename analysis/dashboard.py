@@ -13,14 +13,17 @@ tells), so it follows a sweep that is still running, and redraws a large study a
 Nothing is written to the study, and the server is local: it listens on 127.0.0.1 unless
 `host=` says otherwise, answers only GET and HEAD (optuna-dashboard's write API, which could
 delete a study or change its notes, is refused with 405), only requests whose Host header names
-this machine (an allow-list against DNS rebinding: 403 otherwise), and takes devices only by
-name: a registered profile or one the study was priced for, never a path.
+this machine (an allow-list against DNS rebinding: 403 otherwise; a Host header that is not
+one host and port, with userinfo or repeated, is refused with 400), and takes devices only by
+name, in `device=` and inside an axis label alike: a registered profile or one the study was
+priced for, never a path (no file is read because a request named it).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 import threading
 from pathlib import Path
 from socketserver import ThreadingMixIn
@@ -39,7 +42,6 @@ from archsearch.analysis.front_table import (
 from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.analysis.plots import front_figure
 from archsearch.errors import UserError
-from archsearch.metrics import parse_label
 from archsearch.study import StudyData, load
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "allowed_devices",
     "allowed_hosts",
     "front_payload",
+    "host_name",
     "make_app",
     "optuna_study_path",
     "page_html",
@@ -78,12 +81,13 @@ def front_payload(
         raise UserError(f"unknown device {device!r} (known: {', '.join(known)})", key="device")
     load_device(device)
     axes, is_default = choose_axes(
-        data, device, query.get("x") or None, query.get("y") or None, query.get("z") or None
+        data,
+        device,
+        query.get("x") or None,
+        query.get("y") or None,
+        query.get("z") or None,
+        devices=known,  # a device inside an axis label: by name too, never a path
     )
-    for a in axes:
-        named = dict(parse_label(a.label)[1]).get("device")
-        if named is not None and named not in known:
-            raise UserError(f"unknown device {named!r} on the axis {a.label}", key="device")
     p = analyse(data, device, axes, is_default=is_default)
     cols = front_columns(p)
     rows = [
@@ -101,6 +105,7 @@ def front_payload(
             f"reference point ({', '.join(f'{x:.4g}' for x in p.reference)})"
             + (f"; {shown_note(p, SHOWN_ROWS)}" if shown_note(p, SHOWN_ROWS) else "")
             + (f"; latency error: {latency_note(p)}" if latency_note(p) else "")
+            + (f"; {data.unreadable_note()}" if data.unreadable else "")
         ),
         "axes": [a.label for a in p.axes],
         "device": device,
@@ -264,6 +269,12 @@ class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def get_environ(self) -> dict[str, Any]:
+        """The WSGI environ, and how many Host headers came (wsgiref joins them with commas)."""
+        environ = super().get_environ()
+        environ[HOST_COUNT] = len(self.headers.get_all("Host") or [])
+        return environ
+
 
 def allowed_devices(meta: dict[str, Any]) -> list[str]:
     """Device profiles a request may name: the registered ones and those the study stores."""
@@ -287,13 +298,30 @@ def allowed_hosts(host: str) -> set[str]:
     return names
 
 
+_HOST = re.compile(r"(?:\[(?P<ip6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?")
+HOST_COUNT = "archsearch.host_headers"  # environ key: how many Host headers the request had
+
+
+def host_name(header: str) -> str | None:
+    """The host a Host header names (RFC 9110: host and optional port), lower case; None
+    when it is not one: userinfo (`user@host`, `host:port@other`), a list (two headers
+    joined by a comma), a port that is not a number up to 65535, or anything else."""
+    m = _HOST.fullmatch(header.strip().lower())
+    if m is None or (m["port"] is not None and int(m["port"]) > 65535):
+        return None
+    return m["ip6"] or m["name"]
+
+
 def read_only_and_local(app, hosts: set[str]):
-    """The WSGI app behind two checks: the Host header names an allowed host (403 otherwise)
-    and the method is GET or HEAD (405 otherwise)."""
+    """The WSGI app behind three checks: one Host header, parsed as a host and port (400
+    otherwise), naming an allowed host (403 otherwise), and the method GET or HEAD (405
+    otherwise)."""
 
     def guarded(environ: dict[str, Any], start_response):
-        host = environ.get("HTTP_HOST", "").lower()
-        name = host[1:].split("]")[0] if host.startswith("[") else host.rsplit(":", 1)[0]
+        name = host_name(environ.get("HTTP_HOST", ""))
+        if environ.get(HOST_COUNT, 1) > 1 or (name is None and environ.get("HTTP_HOST")):
+            start_response("400 Bad Request", [("Content-Type", "text/plain")])
+            return [b"one Host header, naming a host and port, is required\n"]
         if name not in hosts:
             start_response("403 Forbidden", [("Content-Type", "text/plain")])
             return [b"this dashboard answers only requests to this machine's own names\n"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from archsearch.arch import ArchConfig
+from archsearch.errors import UserError
 
 RECIPE_SUFFIX = ".train.yaml"  # beside an exported preset: the trial's training recipe
 
@@ -277,15 +278,78 @@ def recipe_path(preset: Path) -> Path:
     return preset.with_name(preset.name.removesuffix(".yaml") + RECIPE_SUFFIX)
 
 
-def write_recipe(preset: Path, train: dict[str, Any], header: list[str]) -> Path:
-    """The sweep's training settings, complete (every `TrainConfig` key), beside `preset`:
-    `archsearch train arch=<preset>` reads them, so it trains the trial as the sweep did."""
+def recipe_text(train: dict[str, Any], header: list[str]) -> str:
+    """The sweep's training settings, complete (every `TrainConfig` key), as the recipe file
+    beside an exported preset: `archsearch train arch=<preset>` reads them, so it trains the
+    trial as the sweep did."""
     import yaml
 
     from archsearch.trainers.config import TrainConfig
 
     settings = TrainConfig.from_dict(train).to_dict()
-    path = recipe_path(preset)
     body = yaml.safe_dump(settings, sort_keys=False, default_flow_style=None)
-    path.write_text("\n".join(header) + "\n" + body)
-    return path
+    return "\n".join(header) + "\n" + body
+
+
+def write_files(folder: Path, files: dict[Path, str], *, overwrite: bool = False) -> list[Path]:
+    """Write an export's files (path -> text) into `folder`, all or none; returns those
+    written (a file already holding the same text is left as it is).
+
+    Checked before anything is written: every path lies in `folder` through real folders, and
+    none is a symbolic link (never followed, even with `overwrite`) or a folder; a file that
+    exists and holds other text (edited by its user since) is kept unless `overwrite`. Each
+    file is written to a temporary name beside it and renamed over the target, so a reader
+    never sees half of one."""
+    root = folder.absolute()
+    files = {path.absolute(): text for path, text in files.items()}
+    changed = []
+    for path, text in files.items():
+        _check_inside(root, path)
+        if path.is_dir():
+            raise UserError(f"{str(path)!r} is a folder, not a file it could write", key="out")
+        if path.is_file():
+            if path.read_bytes() == text.encode():
+                continue
+            if not overwrite:
+                raise UserError(
+                    f"{str(path)!r} exists and differs from what this export writes (edited "
+                    "since?): it is kept; give overwrite=true to replace it, or name= / out= "
+                    "for another",
+                    key="out",
+                )
+        changed.append(path)
+    for path in changed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _replace(path, files[path])
+    return changed
+
+
+def _check_inside(root: Path, path: Path) -> None:
+    """`path` lies in `root` without passing a symbolic link or a file on the way."""
+    if root not in path.parents:
+        raise UserError(f"{str(path)!r} lies outside the export folder {str(root)!r}", key="out")
+    for part in [path, *path.parents[: len(path.parents) - len(root.parents) - 1]]:
+        if part.is_symlink():
+            raise UserError(
+                f"{str(part)!r} is a symbolic link: an export never writes through a link "
+                "(remove it, or give out= another folder)",
+                key="out",
+            )
+        if part != path and part.exists() and not part.is_dir():
+            raise UserError(
+                f"{str(part)!r} is a file, not the folder it would write into", key="out"
+            )
+
+
+def _replace(path: Path, text: str) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,11 +291,12 @@ def resolve_axis(
     directions: list[str],
     meta: dict[str, Any],
     key: str,
+    devices: Collection[str] | None = None,
 ) -> Axis:
     """An axis named on the command line, completed to a full label: arguments not given are
     taken from the study's own use of the metric (its objective or constraint), else the
-    metric's defaults; the device is the one asked for. The direction is the study's for its
-    objectives, else the metric's natural one."""
+    metric's defaults; the device is the one asked for (with `devices`, one of them, by
+    name). The direction is the study's for its objectives, else the metric's natural one."""
     name, given = parse_label(spec)
     if name not in METRICS:
         raise UserError(
@@ -321,6 +323,11 @@ def resolve_axis(
         if arg == "device":
             from archsearch.cost.devices import load_device
 
+            if devices is not None and str(value) not in devices:
+                raise UserError(
+                    f"unknown device {str(value)!r} in {spec!r} (known: {', '.join(devices)})",
+                    key=key,
+                )
             load_device(str(value), key=key)
         else:
             check_argument(arg, value, key=key)

@@ -170,6 +170,7 @@ def front_facts(p: Pareto) -> list[tuple[str, str]]:
         ("search space", f"{meta.get('space', '?')} ({meta.get('space_source', '?')})"),
         ("device", f"{p.device} (the sweep's own: {meta.get('device', '?')})"),
         ("trials", ", ".join(f"{k} {v}" for k, v in p.status_counts().items())),
+        *([("unreadable", p.study.unreadable_note())] if p.study.unreadable else []),
         ("axes", ", ".join(f"{a.label} ({a.direction})" for a in p.axes)),
         ("constraints", "; ".join(meta.get("constraints", [])) or "none"),
         ("front", f"{int(p.on_front.sum())} of {len(p.trained)} fully trained architectures"),

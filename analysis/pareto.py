@@ -10,6 +10,8 @@ tied with the points that dominate it (`Pareto.ties`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -35,7 +37,7 @@ from archsearch.analysis.noise import SeedNoise, noise_aware_front, seed_noise
 from archsearch.analysis.proxies import Proxies, proxies
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
-from archsearch.study import StudyData, TrialRecord, redact
+from archsearch.study import DamagedAttribute, StudyData, TrialRecord, redact
 
 
 @dataclass
@@ -159,6 +161,7 @@ class Pareto:
             "axes": [{"label": a.label, "direction": a.direction} for a in self.axes],
             "trials": len(self.study.records),
             "statuses": self.status_counts(),
+            "unreadable": {str(n): why for n, why in sorted(self.study.unreadable.items())},
             "fully_trained": len(self.trained),
             "front": self.front_rows(),
             "reference_point": [float(x) for x in self.reference],
@@ -171,10 +174,17 @@ class Pareto:
 
 
 def choose_axes(
-    data: StudyData, device: str, x: str | None, y: str | None, z: str | None
+    data: StudyData,
+    device: str,
+    x: str | None,
+    y: str | None,
+    z: str | None,
+    *,
+    devices: Collection[str] | None = None,
 ) -> tuple[list[Axis], bool]:
     """The axes named on the command line, else the study's objectives on the device.
-    (Axes, whether they are the study's own.)"""
+    (Axes, whether they are the study's own.) With `devices`, a device an axis names must be
+    one of them (by name: no profile is read from a path)."""
     defaults = default_axes(data.objectives, data.directions, device)
     if x is None and y is None and z is None:
         return defaults, True
@@ -189,6 +199,7 @@ def choose_axes(
             directions=data.directions,
             meta=data.meta,
             key=key,
+            devices=devices,
         )
 
     def default_for(want_train: bool) -> Axis:
@@ -230,7 +241,11 @@ def analyse(
     reference: list[float] | None = None,
     is_default: bool = True,
 ) -> Pareto:
-    """The front of `data` on `device` over `axes` (see the module docstring)."""
+    """The front of `data` on `device` over `axes` (see the module docstring). A trial whose
+    stored attributes this analysis reads are damaged is left out and named
+    (`StudyData.unreadable`)."""
+    data.require_trained()
+    screen(data, axes)
     data.require_trained()
     predict_axes(
         data.records,
@@ -293,6 +308,66 @@ def analyse(
         ties=ties,
         corrected=corrected,
     )
+
+
+# what each kind of trial must store for the analysis to use it (a trained trial's `arch` is
+# optional: studies may store values alone; where stored, it is checked like the rest)
+REQUIRED = {
+    "replicate": ("replicate_of",),
+    "confirmation": ("confirms", "budget_factor", "seed", "confirm_values"),
+}
+READ = (
+    "arch",
+    "costs",
+    "metrics",
+    "predicted",
+    "budget",
+    "probes",
+    "replicate_values",
+    "confirm_train",
+)
+
+
+def screen(data: StudyData, axes: list[Axis]) -> None:
+    """Leave out of `data` the trials whose stored attributes the analysis reads (`READ`)
+    are damaged or, where it needs them (`REQUIRED`), missing: each one's attributes are
+    decoded and checked now (`archsearch.study.schema.ATTR_KINDS`), and its value on every
+    axis taken, before anything is written."""
+
+    def use(r: TrialRecord) -> None:
+        kind = "trained" if r.fully_trained else r.status
+        needed = REQUIRED.get(kind, ())
+        if kind == "failed" and "confirms" in r.attrs:  # a confirmation that failed
+            kind, needed = "confirmation", REQUIRED["confirmation"][:-1]
+        missing = [key for key in needed if r.attrs.get(key) is None]
+        if missing:
+            raise DamagedAttribute(r.number, missing[0], "missing")
+        for key in READ:
+            r.attrs.get(key)
+        arch = r.attrs.get("arch")
+        if kind == "trained" and arch is not None:
+            text = json.dumps(arch, sort_keys=True)
+            if text not in readable:
+                readable[text] = _arch_problem(arch)
+            if readable[text]:
+                raise DamagedAttribute(r.number, "arch", readable[text])
+        if kind not in ("duplicate", "replicate", "confirmation"):
+            for a in axes:
+                value_of(r, a.label, data.objectives)
+
+    readable: dict[str, str] = {}  # an architecture's JSON -> what is wrong with it ("")
+    data.screen(use)
+
+
+def _arch_problem(arch: dict[str, Any]) -> str:
+    """'' when a stored architecture reads as an `ArchConfig`, else what is wrong."""
+    from archsearch.arch import ArchConfig
+
+    try:
+        ArchConfig.from_dict(arch)
+    except UserError as err:
+        return f"not an architecture ({err})"
+    return ""
 
 
 def _number(x: float) -> float | None:

@@ -98,7 +98,15 @@ def _jsonable(v: Any) -> Any:
 
 
 def _resolved_yaml(r: TrialRecord) -> str:
-    return ArchConfig.from_dict(r.attrs["arch"]).resolved().to_yaml()
+    """The trial's architecture, resolved, as YAML; a comment where the study does not store
+    one that reads (a study written by another tool)."""
+    arch = r.attrs.get("arch")
+    if arch is None:
+        return "# the study stores no architecture for this trial\n"
+    try:
+        return ArchConfig.from_dict(arch).resolved().to_yaml()
+    except UserError as err:
+        return f"# the stored architecture does not read as one: {err}\n"
 
 
 def markdown_report(p: Pareto) -> str:

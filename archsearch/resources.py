@@ -33,7 +33,7 @@ def shipped_names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """A YAML file name or anything with a directory separator, rather than a shipped name."""
     return name.endswith((".yaml", ".yml")) or "/" in name or "\\" in name
 
@@ -48,7 +48,7 @@ def resolve(name: str, folder: Path, what: str, key: str) -> Path:
         raise UserError(
             f"expected the name of a {what} or a path to a YAML file, got {name!r}", key=key
         )
-    if _looks_like_path(name):
+    if looks_like_path(name):
         path = Path(name).expanduser()
         if not path.is_file():
             raise UserError(f"{what} file {name!r} does not exist", key=key)

@@ -86,7 +86,13 @@ def test_multiobjective_study_keeps_early_stopped_trials_off_the_front(tmp_path)
 
 def test_the_ehvi_sampler_trains_only_new_feasible_candidates_through_ray(tmp_path):
     """`sampler=ehvi` in a real sweep (Ray Tune, SQLite, two trials at once): every trial it
-    asks for is a new feasible architecture, and the study ends with the trials asked for."""
+    asks for is a new feasible architecture, and the study ends with the trials asked for.
+    The device is a profile file of the user's (rpi5's figures under another name): the sweep
+    prices and stores it under its name."""
+    from archsearch.resources import conf_dir
+
+    mine = tmp_path / "my_board.yaml"
+    mine.write_text((conf_dir() / "device" / "rpi5.yaml").read_text().replace("name: rpi5", ""))
     res = sweep(
         tmp_path,
         "trials=6",
@@ -94,12 +100,20 @@ def test_the_ehvi_sampler_trains_only_new_feasible_candidates_through_ray(tmp_pa
         "sampler=ehvi",
         "early_stopping=none",
         "trainable=archsearch.sweep.testing:synthetic",
+        f"device={mine}",
     )
     assert res.returncode == 0, res.stderr
-    recs = records(study_of(tmp_path / "run"))
+    study = study_of(tmp_path / "run")
+    recs = records(study)
     assert [r.status for r in recs] == ["trained"] * 6  # no infeasible, invalid or duplicate ask
     assert len({r.attrs["arch_hash"] for r in recs}) == 6
     assert all(r.state == "COMPLETE" and len(r.values) == 2 for r in recs)
+    assert json.loads(study.user_attrs["archsearch"])["device"] == "my_board"
+    for r in recs:  # priced on the file's figures, stored under its name
+        mine_costs = r.attrs["device_costs"]["my_board"]
+        assert {k.replace("my_board", "rpi5"): v for k, v in mine_costs.items()} == pytest.approx(
+            r.attrs["device_costs"]["rpi5"]
+        )
 
 
 def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):

@@ -26,6 +26,7 @@ import pytest
 from archsearch.study import open_storage, records
 from archsearch.sweep.drivers import Driver
 from archsearch.sweep.ray_runtime import (
+    CREATOR,
     RAY_TEMP_PREFIX,
     RECORDS_DIR,
     reap_leftovers,
@@ -212,7 +213,8 @@ def _write_record(run_dir: Path, driver: Driver, temp_dir: Path, name: str) -> P
     return path
 
 
-def test_the_reaper_ends_only_what_a_dead_driver_recorded(tmp_path, temp):
+def test_the_reaper_ends_only_what_a_dead_driver_recorded(tmp_path, temp, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the system temp dir, as a sweep's
     run_dir = tmp_path / "run"
     dead, live = _dead_driver(), Driver.this()
     elsewhere = Driver("another-host.example", live.pid, live.started)
@@ -222,25 +224,30 @@ def test_the_reaper_ends_only_what_a_dead_driver_recorded(tmp_path, temp):
         "elsewhere": (elsewhere, temp / f"{RAY_TEMP_PREFIX}else", False),
         "foreign": (dead, tmp_path / "precious", False),  # not a Ray temp dir of ours
         "climbing": (dead, temp / "sub" / ".." / f"{RAY_TEMP_PREFIX}climb", False),
+        "unmarked": (dead, temp / f"{RAY_TEMP_PREFIX}unmarked", False),  # not made by it
     }
     agent = tmp_path / "ray" / "agent.py"  # a Ray program: it runs from a `ray` folder
     holders, paths = {}, {}
     try:
         for name, (driver, folder, _removable) in cases.items():
             holders[name] = _hold_open(folder, agent)
+            if name != "unmarked":
+                (folder / CREATOR).write_text(driver.key)  # as `ray_temp_dir` marks its dir
             paths[name] = _write_record(run_dir, driver, folder, name)
         holders["pager"] = _hold_open(cases["dead"][1], tmp_path / "pager.py")  # reads a log
         (run_dir / RECORDS_DIR / "garbage.json").write_text("{not json")
-        removed = reap_leftovers(run_dir)
-        assert removed == [str(cases["dead"][1])]
+        reaped = reap_leftovers(run_dir)
+        assert reaped.removed == [str(cases["dead"][1])]
+        left_alone = {Path(r.split(": ", 1)[0]).stem for r in reaped.refused}
+        assert left_alone == {"foreign", "climbing", "unmarked", "garbage"}  # and reported
         assert holders["pager"].poll() is None  # not a Ray program: left alone
-        for name, (driver, folder, removable) in cases.items():
+        for name, (_driver, folder, removable) in cases.items():
             assert folder.exists() != removable, name
             if removable:  # its process was ended
                 assert holders[name].wait(timeout=10) is not None, name
             else:
                 assert holders[name].poll() is None, name
-            assert paths[name].exists() == (driver != dead), name  # dead drivers' records go
+            assert paths[name].exists() == (not removable), name  # only the reaped one goes
         assert (run_dir / RECORDS_DIR / "garbage.json").exists()
     finally:
         for holder in holders.values():

@@ -34,6 +34,7 @@ wait for the first builder and reuse its cache. Opening a built cache is a few m
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -44,7 +45,7 @@ import sysconfig
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -182,13 +183,33 @@ def resolve_source(data: str | Sequence[str], *, key: str = "data") -> Source:
             found = sorted(q for q in p.rglob("*.txt") if q.is_file())
             if not found:
                 raise UserError(f"folder {item!r} holds no .txt files", key=key)
+            if not any(q.stat().st_size for q in found):
+                raise UserError(f"the .txt files of folder {item!r} are all empty", key=key)
             paths += found
         elif p.is_file():
+            if not p.stat().st_size:
+                raise UserError(f"data file {item!r} is empty", key=key)
             paths.append(p)
         else:
             raise UserError(f"data file {item!r} does not exist", key=key)
+    for p in paths:
+        _check_text(p, key)
     name = paths[0].stem if len(paths) == 1 else f"{paths[0].parent.name or 'files'}-{len(paths)}"
     return Source("files", name, {"files": _stat_id(paths)}, tuple(paths))
+
+
+TEXT_PROBE = 64 * 1024  # bytes of each text file looked at for binary content
+
+
+def _check_text(path: Path, key: str) -> None:
+    """A text file, not binary data named as one: no NUL byte in its first `TEXT_PROBE`
+    bytes (images, archives, token arrays and UTF-16 text all have them)."""
+    with path.open("rb") as f:
+        head = f.read(TEXT_PROBE)
+    if b"\0" in head:
+        raise UserError(
+            f"data file {str(path)!r} is not text (binary: it holds NUL bytes)", key=key
+        )
 
 
 def _hf_documents(
@@ -233,6 +254,9 @@ def _hf_documents(
 
 
 def _shards_source(item: str, key: str) -> Source:
+    """A folder of pre-tokenized shards, checked before any is used: its meta.json (dtype,
+    vocabulary, a tokenizer named inside the folder), every split present, each shard a
+    whole, non-zero number of tokens, and no token id beyond the vocabulary."""
     folder = Path(item[len(SHARDS) :]).expanduser()
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
@@ -248,6 +272,7 @@ def _shards_source(item: str, key: str) -> Source:
     vocab = meta.get("vocab_size")
     if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
         raise UserError(f"{str(meta_path)!r}: 'vocab_size' must be a positive integer", key=key)
+    tokenizer = _named_inside(folder, meta_path, meta.get("tokenizer"), key)
     itemsize = np.dtype(meta["dtype"]).itemsize
     found = {}
     for split in ("train", "val"):
@@ -255,14 +280,65 @@ def _shards_source(item: str, key: str) -> Source:
         if not files:
             raise UserError(f"{item!r}: no {split}*.bin shard in {str(folder)!r}", key=key)
         for f in files:
-            if f.stat().st_size % itemsize:
+            size = f.stat().st_size
+            if size % itemsize:
                 raise UserError(
                     f"shard {str(f)!r} is not a whole number of {meta['dtype']} tokens", key=key
                 )
+            if not size:
+                raise UserError(f"shard {str(f)!r} holds no tokens", key=key)
         found[split] = files
     paths = (*found["train"], *found["val"])
+    for f in paths:
+        largest = largest_id(f, meta["dtype"])
+        if largest >= vocab:
+            raise UserError(
+                f"shard {str(f)!r} holds token id {largest}, beyond the vocabulary of {vocab} "
+                f"tokens that {str(meta_path)!r} states (is its dtype {meta['dtype']} right?)",
+                key=key,
+            )
     identity = {"shards": _stat_id(paths), "meta": meta}
+    if tokenizer is not None:
+        identity["tokenizer_file"] = str(tokenizer)
     return Source("shards", folder.name, identity, paths)
+
+
+def _named_inside(folder: Path, meta_path: Path, named: Any, key: str) -> Path | None:
+    """The file a metadata file names, which must be a file of its own folder (a name, not a
+    path: data never makes archsearch read a file elsewhere); None when it names none."""
+    if named is None:
+        return None
+    path = folder / str(named)
+    if (
+        not isinstance(named, str)
+        or not named
+        or Path(named).name != named
+        or named in (".", "..")
+        or path.resolve().parent != folder.resolve()
+    ):
+        raise UserError(
+            f"{str(meta_path)!r}: 'tokenizer' must name a file inside its folder, got {named!r}",
+            key=key,
+        )
+    if not path.is_file():
+        raise UserError(f"{str(meta_path)!r}: its tokenizer file {named!r} is missing", key=key)
+    return path
+
+
+SCAN_TOKENS = 1 << 24  # tokens per chunk when a shard is scanned for its largest id
+
+
+def largest_id(path: Path, dtype: str) -> int:
+    """The largest token id of a shard (scanned in chunks of its memory map, once per shard
+    file as it is now: keyed by its size and modification time)."""
+    st = path.stat()
+    return _largest_id(str(path.resolve()), dtype, st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _largest_id(path: str, dtype: str, _size: int, _mtime: int) -> int:
+    tokens = np.memmap(path, dtype=dtype, mode="r")
+    return max(int(tokens[i : i + SCAN_TOKENS].max()) for i in range(0, len(tokens), SCAN_TOKENS))
 
 
 # ---- splitting --------------------------------------------------------------------------------
@@ -364,7 +440,10 @@ def load_corpus(
     max_stream_tokens: int = DEFAULT_STREAM_TOKENS,
 ) -> Corpus:
     """Open the tokenized corpus for `data`, building the cache folder on first use (once per
-    node: concurrent callers wait for the first builder)."""
+    node: concurrent callers wait for the first builder). Everything is checked before the
+    cache is touched (the source, a tokenizer file parsed); a cache folder that does not
+    match its metadata is built again, never trusted (`cache_is_whole`); a build that fails
+    leaves no lock file or folder behind."""
     check_kind(tokenizer)
     if tokenizer == "bpe" and not bpe_vocab_size:
         raise UserError("a BPE tokenizer needs a vocabulary size", key="bpe_vocab_size")
@@ -375,31 +454,71 @@ def load_corpus(
     if not 0 < val_fraction < 1:
         raise UserError(f"must lie in (0, 1), got {val_fraction}", key="val_fraction")
     source = resolve_source(data)
+    given = FileTokenizer(tokenizer_file) if tokenizer == "file" else None  # parsed before use
     if source.kind == "shards":
-        return open_shards(source, tokenizer_file if tokenizer == "file" else None)
+        return open_shards(source, given)
     cache_root = Path(cache_dir) if cache_dir else default_cache_dir()
     key = cache_key(
         source, tokenizer, bpe_vocab_size, val_fraction, tokenizer_file, max_stream_tokens
     )
     folder = cache_root / key
-    if not (folder / "meta.json").is_file():
+    if not cache_is_whole(folder):
+        made_root = not cache_root.exists()
         cache_root.mkdir(parents=True, exist_ok=True)
-        with (cache_root / f".{key}.lock").open("w") as lock:
+        lock_path = cache_root / f".{key}.lock"
+        with lock_path.open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per node; the others wait here
-            if not (folder / "meta.json").is_file():
-                _build(
-                    folder,
-                    source,
-                    tokenizer,
-                    bpe_vocab_size or 0,
-                    val_fraction,
-                    tokenizer_file,
-                    max_stream_tokens,
-                )
+            if not cache_is_whole(folder):
+                try:
+                    _build(
+                        folder,
+                        source,
+                        tokenizer,
+                        bpe_vocab_size or 0,
+                        val_fraction,
+                        given,
+                        max_stream_tokens,
+                    )
+                except BaseException:
+                    # nothing was built: leave nothing behind (a waiting peer builds it anew)
+                    lock_path.unlink(missing_ok=True)
+                    if made_root:
+                        with contextlib.suppress(OSError):
+                            cache_root.rmdir()
+                    raise
     return open_corpus(folder)
 
 
+def cache_is_whole(folder: Path) -> bool:
+    """Whether a cache folder holds what its metadata says: readable metadata of this cache
+    version, its token files of the sizes it states, and the tokenizer it names (a file of
+    the folder itself). Anything else is built again."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        spec = meta["tokenizer"]
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        if meta["version"] != CACHE_VERSION or meta["dtype"] not in ("uint8", "uint16", "uint32"):
+            return False
+        for split in ("train", "val"):
+            tokens = meta[f"{split}_tokens"]
+            if not isinstance(tokens, int) or (folder / f"{split}.bin").stat().st_size != (
+                tokens * itemsize
+            ):
+                return False
+        if spec["kind"] == "char":
+            return isinstance(spec["chars"], str) and len(spec["chars"]) == spec["vocab_size"]
+        if spec["kind"] in ("bpe", "file"):
+            return spec["file"] == TOKENIZER_FILE and (folder / TOKENIZER_FILE).is_file()
+        return spec["kind"] == "byte"
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+TOKENIZER_FILE = "tokenizer.json"  # a cache folder's trained or copied tokenizer
+
+
 def open_corpus(folder: Path) -> Corpus:
+    """A built cache folder (`cache_is_whole`), memory-mapped."""
     meta = json.loads((folder / "meta.json").read_text())
     dtype = np.dtype(meta["dtype"])
     tok = load_tokenizer(meta["tokenizer"], folder)
@@ -412,14 +531,24 @@ def open_corpus(folder: Path) -> Corpus:
     )
 
 
-def open_shards(source: Source, tokenizer_file: str | None) -> Corpus:
-    """A pre-tokenized corpus: every shard memory-mapped in place."""
+def open_shards(source: Source, given: Tokenizer | None) -> Corpus:
+    """A pre-tokenized corpus (`_shards_source` checked it): every shard memory-mapped in
+    place. Its tokenizer (`given` by tokenizer_file, else the one its meta.json names) must
+    cover every token id of the shards."""
     folder = source.paths[0].parent
     meta = dict(source.identity["meta"])
     dtype = np.dtype(meta["dtype"])
-    named = meta.get("tokenizer")
-    path = tokenizer_file or (folder / named if isinstance(named, str) else None)
-    tok = FileTokenizer(path) if path else None
+    named = source.identity.get("tokenizer_file")
+    tok = given or (FileTokenizer(named) if named else None)
+    if tok is not None:
+        largest = max(largest_id(p, meta["dtype"]) for p in source.paths)
+        if largest >= tok.vocab_size:
+            where = tok.path if isinstance(tok, FileTokenizer) else "the tokenizer"
+            raise UserError(
+                f"the shards in {str(folder)!r} hold token id {largest}, beyond the "
+                f"{tok.vocab_size} tokens of {str(where)!r}",
+                key="data",
+            )
 
     def maps(split: str) -> tuple[np.ndarray, ...]:
         return tuple(
@@ -443,13 +572,13 @@ def _build(
     kind: str,
     bpe_vocab_size: int,
     val_fraction: float,
-    tokenizer_file: str | None,
+    given: Tokenizer | None,
     max_stream_tokens: int,
 ) -> None:
-    given = FileTokenizer(tokenizer_file) if kind == "file" else None
     docs, given_val = source.documents(max_stream_tokens, given)
-    if not any(d.text for d in docs):
-        raise UserError(f"the data source {source.name!r} holds no text", key="data")
+    if not any(d.text.strip() for d in docs):
+        named = ", ".join(str(p) for p in source.paths[:3]) or source.name
+        raise UserError(f"the data {named!r} holds no text", key="data")
     train_docs, val_docs = (docs, given_val) if given_val else split_documents(docs, val_fraction)
     train_text = DOC_SEPARATOR.join(d.text for d in train_docs)
     val_text = DOC_SEPARATOR.join(d.text for d in val_docs)
@@ -484,11 +613,15 @@ def _build(
         train_ids.astype(dtype).tofile(tmp / "train.bin")
         val_ids.astype(dtype).tofile(tmp / "val.bin")
         if isinstance(tok, BPETokenizer):  # trained here, or a user's file: kept with the tokens
-            tok.save(tmp / "tokenizer.json")
+            tok.save(tmp / TOKENIZER_FILE)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+        if folder.exists():  # a cache that did not match its metadata: set aside, then gone
+            stale = Path(tempfile.mkdtemp(prefix=f".{folder.name}-stale-", dir=folder.parent))
+            os.rename(folder, stale / "old")
+            shutil.rmtree(stale, ignore_errors=True)
         os.rename(tmp, folder)
     except OSError:
-        if not (folder / "meta.json").is_file():  # not a concurrent builder winning the race
+        if not cache_is_whole(folder):  # not a concurrent builder winning the race
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -133,11 +133,15 @@ class FileTokenizer(BPETokenizer):
     def __init__(self, path: str | Path):
         from tokenizers import Tokenizer
 
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"no tokenizer file {str(path)!r}", key="tokenizer_file")
         try:
             super().__init__(Tokenizer.from_file(str(path)))
         except Exception as err:  # the library raises its own exception types
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise UserError(
-                f"cannot read tokenizer file {str(path)!r}: {err}", key="tokenizer_file"
+                f"cannot read tokenizer file {str(path)!r}: {first}", key="tokenizer_file"
             ) from None
 
 
@@ -163,7 +167,8 @@ def train_tokenizer(kind: str, texts: Sequence[str], *, bpe_vocab_size: int) -> 
 
 
 def load_tokenizer(spec: dict[str, Any], folder: Path) -> Tokenizer:
-    """Rebuild a tokenizer from the `spec` stored in a cache folder's metadata."""
+    """Rebuild a tokenizer from the `spec` stored in a cache folder's metadata (its file is
+    one of that folder: `archsearch.trainers.data.cache_is_whole` checked the name)."""
     if spec["kind"] == "byte":
         return ByteTokenizer()
     if spec["kind"] == "char":

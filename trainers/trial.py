@@ -323,7 +323,6 @@ def run_trial(
     device = resolve_device(cfg.device, cfg.precision, placement or Placement())
     rank, _ = _world()
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     key = trial_key(arch, cfg)
     saved = run_dir / checkpoint.RESULT
     if resume and saved.is_file():
@@ -340,6 +339,9 @@ def run_trial(
     state = checkpoint.load_checkpoint(run_dir) if resume else None
     if state is not None:
         _check_key(state["key"], key, run_dir)
+    lm_left = cfg.trains_lm and (state is None or state["result"].get("fraction", 0.0) < 1.0)
+    corpus = open_corpus_for(arch, cfg) if lm_left else None  # checked before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
     search = None
     if cfg.lr_search != LrSearch.off:
         search = _rate_search(arch, cfg, run_dir, placement, progress, resume)
@@ -348,6 +350,7 @@ def run_trial(
     with torch_threads(cfg.threads):
         trained = cfg if search is None else cfg.replace(lr=search.chosen)
         trial = _Trial(arch, trained, run_dir, key, report, progress)
+        trial.corpus = corpus
         trial.device, trial.placement = device, placement or Placement()
         result = trial.run(state)
     if search is not None:
@@ -457,6 +460,53 @@ def _search_failed(
     return result
 
 
+KEYS = ("tokenizer", "seq_len")  # the settings a corpus that does not fit the model names
+
+
+def open_corpus_for(arch: ArchConfig, cfg: TrainConfig) -> Corpus:
+    """The trial's corpus, opened (built once per node) and checked against the model: its
+    vocabulary fits the architecture's, and both splits hold a window of `seq_len`. One-line
+    `UserError`s, before the trial writes anything (a vocabulary known before the corpus is
+    tokenized is checked before it is)."""
+    known = {"byte": 256, "bpe": cfg.bpe_vocab_size or arch.vocab_size}.get(str(cfg.tokenizer))
+    if str(cfg.tokenizer) == "file" and cfg.tokenizer_file:
+        from archsearch.trainers.tokenizer import FileTokenizer
+
+        known = FileTokenizer(cfg.tokenizer_file).vocab_size
+    if known is not None:
+        check_fits(arch, known, cfg.seq_len, f"the {cfg.tokenizer} tokenizer", KEYS)
+    corpus = load_corpus(
+        cfg.data,
+        tokenizer=cfg.tokenizer,
+        bpe_vocab_size=cfg.bpe_vocab_size or arch.vocab_size,
+        val_fraction=cfg.val_fraction,
+        cache_dir=cfg.cache_dir,
+        tokenizer_file=cfg.tokenizer_file,
+        max_stream_tokens=cfg.max_stream_tokens,
+    )
+    shards = corpus.meta.get("source_kind") == "shards"
+    what = f"the corpus {corpus.meta['source']}" if shards else f"the {cfg.tokenizer} tokenizer"
+    check_fits(arch, corpus.vocab_size, cfg.seq_len, what, KEYS)
+    eval_windows(corpus.val, cfg.seq_len, 1)
+    Batches(corpus.train, cfg.batch_size, cfg.seq_len, cfg.seed)
+    return corpus
+
+
+def check_fits(
+    arch: ArchConfig, vocab: int, seq_len: int, what: str, keys: tuple[str, str]
+) -> None:
+    """The data must fit the model: `keys` name the vocabulary and length settings."""
+    if vocab > arch.vocab_size:
+        raise UserError(
+            f"{what} has {vocab} tokens but the architecture's vocab_size is {arch.vocab_size}",
+            key=keys[0],
+        )
+    if seq_len > arch.max_seq_len:
+        raise UserError(
+            f"{seq_len} exceeds the architecture's max_seq_len {arch.max_seq_len}", key=keys[1]
+        )
+
+
 def _check_key(found: str, expected: str, run_dir: Path) -> None:
     if found != expected:
         raise UserError(
@@ -490,6 +540,7 @@ class _Trial:
         self.batches: Batches | None = None
         self.prior_wall = 0.0
         self.compiling = False  # until the first compiled step succeeds
+        self.corpus: Corpus | None = None  # opened and checked before the run directory
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
@@ -543,19 +594,6 @@ class _Trial:
             "torch": torch.__version__,
         }
 
-    def _check_fits(self, vocab: int, seq_len: int, what: str, keys: tuple[str, str]) -> None:
-        """The data must fit the model: `keys` name the vocabulary and length settings."""
-        a = self.arch
-        if vocab > a.vocab_size:
-            raise UserError(
-                f"{what} has {vocab} tokens but the architecture's vocab_size is {a.vocab_size}",
-                key=keys[0],
-            )
-        if seq_len > a.max_seq_len:
-            raise UserError(
-                f"{seq_len} exceeds the architecture's max_seq_len {a.max_seq_len}", key=keys[1]
-            )
-
     # -- run ------------------------------------------------------------------------------------
 
     def run(self, state: dict[str, Any] | None) -> TrialResult:
@@ -595,21 +633,7 @@ class _Trial:
     def _run_lm(self, state: dict[str, Any] | None) -> bool:
         """Train on the corpus; True when `report` asked to stop."""
         cfg, r = self.cfg, self.result
-        corpus: Corpus = load_corpus(
-            cfg.data,
-            tokenizer=cfg.tokenizer,
-            bpe_vocab_size=cfg.bpe_vocab_size or self.arch.vocab_size,
-            val_fraction=cfg.val_fraction,
-            cache_dir=cfg.cache_dir,
-            tokenizer_file=cfg.tokenizer_file,
-            max_stream_tokens=cfg.max_stream_tokens,
-        )
-        self._check_fits(
-            corpus.vocab_size,
-            cfg.seq_len,
-            f"the {cfg.tokenizer} tokenizer",
-            ("tokenizer", "seq_len"),
-        )
+        corpus = self.corpus or open_corpus_for(self.arch, cfg)
         windows = eval_windows(corpus.val, cfg.seq_len, cfg.eval_batches * cfg.batch_size)
         tokens = train_tokens(self.arch, cfg)
         per_step = cfg.batch_size * cfg.seq_len
@@ -757,7 +781,7 @@ class _Trial:
         for task in tasks:
             probe = Probe(task, cfg.probe_vocab, cfg.probe_seq_len)
             keys = ("probe_vocab", "probe_seq_len")
-            self._check_fits(probe.vocab_size, probe.seq_len, f"probe task {task!r}", keys)
+            check_fits(self.arch, probe.vocab_size, probe.seq_len, f"probe task {task!r}", keys)
             r.probes[task] = self._train_probe(probe, cfg.probe_tasks.index(task))
             r.metrics[f"probe_acc[{task}]"] = r.probes[task]["acc"]
             r.metrics.pop("probe_acc", None)  # the mean over the tasks so far, listed last

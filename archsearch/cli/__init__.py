@@ -9,8 +9,10 @@ commands (`space`) never import torch or ray.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -243,12 +245,39 @@ def _contain_caches() -> None:
     )
 
 
+@contextlib.contextmanager
+def _warnings_after() -> Iterator[None]:
+    """Warnings libraries raise while a command runs are held back: a command that ends in a
+    `UserError` prints its one line and nothing before it (a profile's figures can make numpy
+    warn before the check that refuses them); any other ending shows them then, as Python
+    would have."""
+    import warnings
+
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as held:
+            yield
+    except UserError:
+        raise
+    except BaseException:
+        _show(held)
+        raise
+    _show(held)
+
+
+def _show(held: list) -> None:
+    import warnings
+
+    for w in held:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _contain_caches()
     ctrl_c = CtrlC()
     try:
-        with ctrl_c:
+        with ctrl_c, _warnings_after():
             return _main(argv)
     except UserError as err:
         print(f"archsearch: error: {err}", file=sys.stderr)

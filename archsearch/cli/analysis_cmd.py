@@ -22,16 +22,26 @@ def _open(cfg: Any):
 
     if not cfg.study:
         raise UserError("name the study: study=<run dir, SQLite file or database URL>", key="study")
-    return load(cfg.study, cfg.study_name)
+    return check_study_train(load(cfg.study, cfg.study_name))
+
+
+def check_study_train(data):
+    """`data`, once the training settings its metadata stores read as settings (damaged
+    ones: one line naming the study's metadata and the key)."""
+    from archsearch.trainers.config import TrainConfig
+
+    train = data.meta.get("train")
+    if train:
+        TrainConfig.from_dict(train, source=f"study {data.name!r} metadata", prefix="train")
+    return data
 
 
 def study_device(name: str | None, data) -> str:
-    """The device asked for (checked), else the one the sweep ran for."""
+    """The name of the device asked for (a profile's name, or a profile file's, loaded and
+    checked), else the one the sweep ran for."""
     from archsearch.cost.devices import load_device
 
-    device = name or data.meta.get("device") or "rpi5"
-    load_device(device)
-    return device
+    return load_device(name or data.meta.get("device") or "rpi5").name
 
 
 # ---- archsearch pareto --------------------------------------------------------------------------
@@ -90,6 +100,7 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
     for k, v in front_facts(p):
         if k in (
             "trials",
+            "unreadable",
             "reference point",
             "hypervolume",
             "constraints",
@@ -106,7 +117,14 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
 
 
 def export_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.analysis.export import RECIPE_SUFFIX, hf_config, write_recipe
+    from archsearch import yamlio
+    from archsearch.analysis.export import (
+        RECIPE_SUFFIX,
+        hf_config,
+        recipe_path,
+        recipe_text,
+        write_files,
+    )
     from archsearch.arch import ArchConfig
 
     if cfg.trial is None:
@@ -119,11 +137,20 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
             key="trial",
         )
     name = check_name(cfg.name or f"{data.name}_trial{r.number}", what="preset", key="name")
-    arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
-    out = check_writable_dir(
-        Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export", key="out"
-    )
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
+    except UserError as err:
+        raise UserError(
+            f"trial {r.number}'s stored architecture does not read as one: {err}", key="trial"
+        ) from None
+    out = Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export"
+    if not cfg.out and out.is_symlink():
+        raise UserError(
+            f"{str(out)!r} is a symbolic link: an export never writes through a link "
+            "(give out= the folder you mean)",
+            key="out",
+        )
+    out = check_writable_dir(out, key="out")
     values = dict(zip(data.objectives, r.values)) if r.values is not None else {}
     preset = out / f"{name}.yaml"
     header = [
@@ -133,15 +160,16 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         f"# Train it as the sweep did: archsearch train arch={preset}",
         f"# (the recipe is {preset.stem}{RECIPE_SUFFIX}; add budget=... to train it longer)",
     ]
-    preset.write_text("\n".join(header) + "\n" + arch.to_yaml())
-    assert ArchConfig.from_yaml(preset).arch_hash == arch.arch_hash  # it reads back the same
+    files = {preset: "\n".join(header) + "\n" + arch.to_yaml()}
+    back = ArchConfig.from_dict(yamlio.loads(files[preset], source=str(preset)))
+    assert back.arch_hash == arch.arch_hash  # it reads back the same
     recipe = None
     if data.meta.get("train") is not None:
         from archsearch.trainers.lr_search import at_trained_rate, trained_rate
 
         rate = trained_rate(r.attrs.get("lr_search"))
-        recipe = write_recipe(
-            preset,
+        recipe = recipe_path(preset)
+        files[recipe] = recipe_text(
             at_trained_rate(data.meta["train"], r.attrs.get("lr_search")),
             [
                 f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
@@ -154,8 +182,8 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
     hf_path = None
     if hf.config is not None:
         hf_path = out / name / "config.json"
-        hf_path.parent.mkdir(parents=True, exist_ok=True)
-        hf_path.write_text(json.dumps(hf.to_json(), indent=2) + "\n")
+        files[hf_path] = json.dumps(hf.to_json(), indent=2) + "\n"
+    write_files(out, files, overwrite=cfg.overwrite)
     data_out = {
         "trial": r.number,
         "status": r.status,
@@ -204,13 +232,13 @@ def dashboard_cmd(_sub: str | None, cfg: Any) -> int:
     import signal
 
     from archsearch.analysis.dashboard import PAGE, make_app, optuna_study_path, serve
-    from archsearch.study import open_storage, redact
+    from archsearch.study import redact
 
     if not 0 <= cfg.port <= 65535:
         raise UserError(f"must be 0 (any free port) to 65535, got {cfg.port}", key="port")
     data = _open(cfg)
     data.require_trained()
-    storage = open_storage(data.url)
+    storage = data.storage  # read-only: optuna-dashboard's pages cannot write through it
     app = make_app(storage, data.url, data.name, data.home)
     server = serve(app, cfg.host, cfg.port)
     host, port = server.server_address[:2]
@@ -276,8 +304,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
     max_params = parse_quantity(cfg.max_params, "count", source=None, key="max_params")
     archs = [load_arch(n) for n in names]
-    for d in devices:
-        load_device(d)
+    devices = [load_device(d).name for d in devices]  # a profile file: by its name from here
     out = Path(cfg.out) if cfg.out else Path("runs") / "profile" / "-".join(a.name for a in archs)
     check_writable_dir(out, key="out")  # before anything is measured
     s = Settings(

@@ -6,10 +6,12 @@ trained or written; a rerun trains only what is not stored yet."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 from archsearch.cli import output
+from archsearch.cli.analysis_cmd import check_study_train
 from archsearch.errors import UserError
 from archsearch.resources import check_writable_dir
 
@@ -31,8 +33,9 @@ def run(_sub: str | None, cfg: Any) -> int:
     resources = Resources.of(cfg)
     resources.check()
     where, name = _where(cfg)
-    data: StudyData = load(where, name)
+    data: StudyData = check_study_train(load(where, name))
     data.require_trained()
+    _refuse_while_a_sweep_runs(data)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else data.home or Path("runs") / data.name
     check_writable_dir(run_dir, key="run_dir")
     if cfg.out:
@@ -56,6 +59,23 @@ def run(_sub: str | None, cfg: Any) -> int:
         data = load(data.url, data.name)
         data.home = run_dir
     return _show(data, jobs, todo, ended, cfg, run_dir)
+
+
+def _refuse_while_a_sweep_runs(data) -> None:
+    """Confirmation retrains the front of a finished search: while a driver of the study is
+    alive its front still moves (and its run directory is the sweep's), so nothing is done."""
+    from archsearch.study.tables import heartbeat_ages
+    from archsearch.sweep.drivers import drivers_alive
+
+    running = drivers_alive(data.records, heartbeat_ages(data.storage, data.name))
+    if running:
+        number, driver = min(running.items())
+        more = f" and {len(running) - 1} more" if len(running) > 1 else ""
+        raise UserError(
+            f"a sweep is still running on study {data.name!r} (trial {number}{more}, driver "
+            f"{driver}): confirm its front once the sweep has ended",
+            key="study",
+        )
 
 
 def _where(cfg: Any) -> tuple[str, str | None]:
@@ -94,21 +114,28 @@ def _train(data, todo, cfg: Any, trainable, resources, run_dir: Path):
     import optuna
 
     from archsearch.cli.progress import StepProgress
-    from archsearch.study import StudyWriter
+    from archsearch.study import StudyWriter, open_storage
     from archsearch.sweep.ray_runtime import contain_ray, ray_session
     from archsearch.sweep.retrain import run_jobs
 
     contain_ray(cfg.ray.verbose, cfg.ray.address)
-    writer = StudyWriter(
-        data.storage, optuna.load_study(study_name=data.name, storage=data.storage)
-    )
+    storage = open_storage(data.url)  # the study was read read-only; confirmations are written
+    writer = StudyWriter(storage, optuna.load_study(study_name=data.name, storage=storage))
     done: list[int] = []
+    left_alone: list[str] = []
     with (
         ray_session(
-            cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose, cfg.ray.num_gpus, run_dir=run_dir
+            cfg.ray.address,
+            cfg.ray.num_cpus,
+            cfg.ray.verbose,
+            cfg.ray.num_gpus,
+            run_dir=run_dir,
+            left_alone=left_alone,
         ),
         StepProgress(f"confirm {data.name}") as progress,
     ):
+        for record in left_alone:  # driver records the clean-up did not honour
+            print(f"archsearch: left alone: {record}", file=sys.stderr)
         progress(0, len(todo), "confirmations trained")
 
         def on_end(job, status, reason) -> None:

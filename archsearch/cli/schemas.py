@@ -132,6 +132,7 @@ class ExportConfig:
     trial: int | None = MISSING
     name: str | None = MISSING
     out: str | None = MISSING
+    overwrite: bool = MISSING
     format: Format = MISSING
 
 

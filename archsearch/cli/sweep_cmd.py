@@ -107,3 +107,5 @@ def print_summary(summary: dict[str, Any], *, fmt: str) -> None:
     con.print(escape(f"run dir:         {summary['run_dir']}"))
     con.print(escape(f"other devices:   archsearch pareto study={summary['run_dir']} device=..."))
     con.print(escape(f"dashboard:       {dashboard}"))
+    for record in summary.get("left_alone") or []:
+        con.print(escape(f"left alone:      {record}"))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +15,33 @@ from archsearch.resources import check_writable_dir
 
 def run(sub: str | None, cfg: TrainCmdConfig) -> int:
     from archsearch.arch import load_arch
-    from archsearch.trainers.curves import write_curves
-    from archsearch.trainers.trial import run_trial
 
     arch = load_arch(cfg.arch)
     train = cfg.trial_config()
     run_dir = Path(cfg.run_dir or f"runs/train/{arch.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     check_writable_dir(run_dir, key="run_dir")
+    with _removed_if_left_empty(run_dir):
+        return _train(cfg, arch, train, run_dir)
+
+
+@contextlib.contextmanager
+def _removed_if_left_empty(run_dir: Path) -> Iterator[None]:
+    """A run directory this command made is removed again, with the folders made for it, when
+    the command fails before writing anything into it."""
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        raise
+
+
+def _train(cfg: TrainCmdConfig, arch, train, run_dir: Path) -> int:
+    from archsearch.trainers.curves import write_curves
+    from archsearch.trainers.trial import run_trial
+
     if cfg.format == "json":
         result = run_trial(arch, train, run_dir=run_dir, resume=cfg.resume)
         files = write_curves(result, run_dir)

@@ -228,6 +228,30 @@ def _number(raw: Any, *, source: str, key: str, zero_ok: bool = False) -> float:
     return float(raw)
 
 
+# the range a device's figure may take: far beyond any real device's on both sides, so that a
+# slip of units (bandwidth in GB/s, 100 for 1e11) or of exponent is refused instead of priced
+# into latencies that overflow or vanish
+PLAUSIBLE = {
+    "peak_flops": (1e6, 1e19, "FLOP/s"),
+    "memory_bandwidth": (1e6, 1e16, "B/s"),
+    "memory_capacity": (1e6, 1e17, "B"),
+    "cache_capacity": (1e3, 1e14, "B"),
+    "cache_bandwidth": (1e6, 1e17, "B/s"),
+}
+
+
+def _plausible(value: float, *, source: str, key: str) -> float:
+    low, high, unit = PLAUSIBLE[key.split(".")[0]]
+    if value and not low <= value <= high:
+        raise UserError(
+            f"{value:g} {unit} is no device's figure (expected {low:g} to {high:g} {unit}; "
+            "is it in the unit the key names?)",
+            source=source,
+            key=key,
+        )
+    return value
+
+
 def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
     if not isinstance(raw, dict):
         raise UserError("a device profile must be a mapping", source=source, key="(top level)")
@@ -266,7 +290,20 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
     if missing:
         raise UserError(f"missing compute class {missing[0]!r}", source=source, key="peak_flops")
     peak_flops = {
-        c: _number(peaks[c], source=source, key=f"peak_flops.{c}") for c in COMPUTE_CLASSES
+        c: _plausible(
+            _number(peaks[c], source=source, key=f"peak_flops.{c}"),
+            source=source,
+            key=f"peak_flops.{c}",
+        )
+        for c in COMPUTE_CLASSES
+    }
+    figures = {
+        key: _plausible(
+            _number(raw.get(key, 0), source=source, key=key, zero_ok=key.startswith("cache")),
+            source=source,
+            key=key,
+        )
+        for key in ("memory_bandwidth", "memory_capacity", "cache_capacity", "cache_bandwidth")
     }
     for key in ("efficiency", "sources"):
         if not isinstance(raw.get(key) or {}, dict):
@@ -310,18 +347,14 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         description=texts["description"],
         kind=texts["kind"],
         peak_flops=peak_flops,
-        memory_bandwidth=_number(raw["memory_bandwidth"], source=source, key="memory_bandwidth"),
-        memory_capacity=_number(raw["memory_capacity"], source=source, key="memory_capacity"),
+        memory_bandwidth=figures["memory_bandwidth"],
+        memory_capacity=figures["memory_capacity"],
         efficiency=efficiency,
         sources=sources,
         prefill_logits=_prefill_logits(raw.get("prefill_logits", "last"), source),
         matmul_table=_matmul_table(raw.get("matmul_table"), source),
-        cache_capacity=_number(
-            raw.get("cache_capacity", 0), source=source, key="cache_capacity", zero_ok=True
-        ),
-        cache_bandwidth=_number(
-            raw.get("cache_bandwidth", 0), source=source, key="cache_bandwidth", zero_ok=True
-        ),
+        cache_capacity=figures["cache_capacity"],
+        cache_bandwidth=figures["cache_bandwidth"],
         provenance=_provenance(raw.get("provenance"), source),
         validation=_validation(raw.get("validation"), source, "kernels" in raw),
         measured_on=_measured_on(raw.get("measured_on"), source),
@@ -802,11 +835,18 @@ def _load(path: str) -> DeviceProfile:
     return parse_device(read_profile(path), source=path, default_name=Path(path).stem)
 
 
+# profiles this process loaded from a path the user gave, by their names: the cost model,
+# pricing and the analysis name devices by name, so a profile given as `device=./mine.yaml`
+# is found under its name (`mine`, or its `name:`) wherever the command names it afterwards
+_FROM_FILES: dict[str, str] = {}
+
+
 def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
     """A shipped profile by name (`rpi5`), a plugin's by its registered name (`pkg.board`:
     the entry point gives the path of its YAML), a user profile by name (`user_devices_dir`),
-    or any profile YAML by path."""
-    from archsearch.resources import resolve
+    a profile this process loaded from a path by its name, or any profile YAML by path (then
+    known by its name for the rest of the process; a name another profile has is refused)."""
+    from archsearch.resources import looks_like_path, resolve
 
     if plugins.is_plugin(plugins.DEVICES, name_or_path):
         target = plugins.load(plugins.DEVICES, name_or_path)
@@ -817,6 +857,8 @@ def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
                 key=key,
             )
         return _load(str(Path(target).resolve()))
+    if looks_like_path(name_or_path):
+        return _from_file(str(resolve(name_or_path, devices_dir(), "device", key).resolve()), key)
     try:
         path = resolve(name_or_path, devices_dir(), "device", key)
     except UserError as err:
@@ -825,12 +867,38 @@ def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
         mine = user_devices_dir() / f"{name_or_path}.yaml"
         if mine.is_file():
             return _load(str(mine.resolve()))
+        if name_or_path in _FROM_FILES:
+            return _load(_FROM_FILES[name_or_path])
         raise UserError(
             f"unknown device {name_or_path!r} (known: {', '.join(device_names())}; or give a "
             "path to a .yaml file)",
             key=key,
         ) from None
     return _load(str(path.resolve()))
+
+
+def _from_file(path: str, key: str) -> DeviceProfile:
+    """The profile in the YAML file at `path`, registered under its name for this process.
+    Its name may not be a shipped, plugin or user profile's (unless it is that profile's own
+    file): a name means one profile everywhere a command uses it."""
+    device = _load(path)
+    if device.name in device_names() and _path_of(device.name) != path:
+        kind = "shipped" if device.name in reserved_device_names() else "user"
+        raise UserError(
+            f"the profile in {path!r} is named {device.name!r}, the name of a {kind} profile: "
+            "give it another name (its name: key, or the file's name)",
+            key=key,
+        )
+    _FROM_FILES[device.name] = path
+    return device
+
+
+def _path_of(name: str) -> str | None:
+    """The file of the shipped, plugin or user profile called `name` (None: it does not load)."""
+    try:
+        return str(Path(load_device(name).path).resolve())
+    except UserError:
+        return None
 
 
 def all_devices() -> list[DeviceProfile]:

@@ -4,11 +4,13 @@ writer and reader that the sweep, the analysis commands, the benchmarks and the 
 """
 
 from archsearch.study.reader import StudyData, load, records
-from archsearch.study.schema import Status, StudyMeta, TrialRecord
+from archsearch.study.schema import DamagedAttribute, Status, StudyMeta, TrialRecord
 from archsearch.study.storage import (
     check_storage_reachable,
+    check_study_storage,
     default_storage_url,
     locate,
+    open_reader,
     open_storage,
     redact,
     study_names,
@@ -16,15 +18,18 @@ from archsearch.study.storage import (
 from archsearch.study.writer import StudyWriter
 
 __all__ = [
+    "DamagedAttribute",
     "Status",
     "StudyData",
     "StudyMeta",
     "StudyWriter",
     "TrialRecord",
     "check_storage_reachable",
+    "check_study_storage",
     "default_storage_url",
     "load",
     "locate",
+    "open_reader",
     "open_storage",
     "records",
     "redact",

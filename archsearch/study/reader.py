@@ -1,18 +1,27 @@
 """Open a stored study for analysis (`pareto`, `export`, `dashboard`, benchmarks): its records,
 objectives and directions, and where outputs go. Nothing here writes.
 
-`load` reads the trials in pages from the RDB tables without their per-step series
+`load` opens the storage read-only (`archsearch.study.storage.open_reader`) and reads the
+trials in pages from the RDB tables without their per-step series
 (`archsearch.study.tables`; 100,000 trials in seconds), else through Optuna's public API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from archsearch.errors import UserError
-from archsearch.study.schema import SERIES_ATTRS, StudyMeta, TrialRecord
-from archsearch.study.storage import locate, open_storage, study_names
+from archsearch.study.schema import (
+    META_KEY,
+    SERIES_ATTRS,
+    DamagedAttribute,
+    StudyMeta,
+    TrialRecord,
+    read_meta,
+)
+from archsearch.study.storage import locate, open_reader, redact, study_names
 
 __all__ = ["StudyData", "load", "records"]
 
@@ -31,6 +40,8 @@ class StudyData:
     study: Any = field(repr=False, default=None)
     storage: Any = field(repr=False, default=None)
     version: tuple | None = None  # `current_version()` when read
+    # trials left out of `records` because what they store is damaged: number -> what
+    unreadable: dict[int, str] = field(default_factory=dict)
     _curves: dict[int, Any] | None = field(default=None, repr=False, compare=False)
 
     def curves(self, numbers: list[int]) -> dict[int, Any]:
@@ -58,6 +69,13 @@ class StudyData:
         return [r for r in self.records if r.fully_trained]
 
     def record(self, number: int) -> TrialRecord:
+        """Trial `number`; a one-line `UserError` when there is none, or when what it stores
+        is damaged (saying what)."""
+        if number in self.unreadable:
+            raise UserError(
+                f"trial {number} of study {self.name!r} is unreadable: {self.unreadable[number]}",
+                key="trial",
+            )
         for r in self.records:
             if r.number == number:
                 return r
@@ -66,13 +84,49 @@ class StudyData:
             f"study {self.name!r} has no trial {number} (trials 0..{last})", key="trial"
         )
 
+    def screen(
+        self, use: Callable[[TrialRecord], object], among: Iterable[TrialRecord] | None = None
+    ) -> None:
+        """Run `use` on each record (of `among`, default all): a record whose stored attributes
+        it finds damaged (`DamagedAttribute`) leaves `records` for `unreadable`."""
+        bad: dict[int, str] = {}
+        for r in list(self.records if among is None else among):
+            try:
+                use(r)
+            except DamagedAttribute as err:
+                bad[r.number] = err.problem
+        if bad:
+            self.records = [r for r in self.records if r.number not in bad]
+            self.unreadable.update(bad)
+
+    def unreadable_note(self) -> str:
+        """'2 trials unreadable: 14, 31 (trial 14: its stored attribute ... )', or ''."""
+        if not self.unreadable:
+            return ""
+        numbers = sorted(self.unreadable)
+        n = len(numbers)
+        first = numbers[0]
+        return (
+            f"{n} trial{'s' * (n != 1)} unreadable: {', '.join(map(str, numbers))} "
+            f"(trial {first}: {self.unreadable[first]})"
+        )
+
     def require_trained(self) -> None:
-        if not self.trained:
+        if self.trained:
+            return
+        unreadable = f"; {self.unreadable_note()}" if self.unreadable else ""
+        foreign = self.records and not any(r.status for r in self.records)
+        if not self.meta and foreign and not unreadable:
             raise UserError(
-                f"study {self.name!r} has no fully trained feasible trial yet "
-                f"({_count_statuses(self.records)})",
+                f"study {self.name!r} was not written by archsearch (it has no {META_KEY!r} "
+                f"metadata and its trials no archsearch status: {_count_statuses(self.records)})",
                 key="study",
             )
+        raise UserError(
+            f"study {self.name!r} has no fully trained feasible trial yet "
+            f"({_count_statuses(self.records)}{unreadable})",
+            key="study",
+        )
 
 
 def records(study) -> list[TrialRecord]:
@@ -87,7 +141,14 @@ def _read_records(storage, study, skip: tuple[str, ...]) -> list[TrialRecord]:
     paged = read_records(storage, study.study_name, skip_attrs=skip)
     if paged is not None:
         return paged
-    out = records(study)
+    try:
+        out = records(study)
+    except ValueError as err:  # Optuna decodes every stored value at once: one is not JSON
+        raise UserError(
+            f"cannot read the trials of study {study.study_name!r}: a stored value is not "
+            f"JSON ({err})",
+            key="study",
+        ) from None
     for r in out:
         for key in skip:
             r.attrs.pop(key, None)
@@ -111,14 +172,14 @@ def load(study: str, study_name: str | None = None, *, series: bool = False) -> 
     import sqlalchemy
 
     url, home = locate(study)
+    storage = open_reader(url)
     try:
-        storage = open_storage(url)
         names = study_names(storage)
     except (sqlalchemy.exc.SQLAlchemyError, ModuleNotFoundError, ValueError) as err:
         first = str(getattr(err, "orig", err)).strip().splitlines()[0]
         raise UserError(f"cannot open the study storage: {first}", key="study") from None
     if not names:
-        raise UserError("the storage holds no study", key="study")
+        raise UserError(f"{redact(url)} holds no study", key="study")
     if study_name is None:
         if len(names) > 1:
             raise UserError(
@@ -136,16 +197,18 @@ def load(study: str, study_name: str | None = None, *, series: bool = False) -> 
     from archsearch.study.tables import study_version
 
     version = study_version(storage, study_name)  # before the trials: a later change shows
-    meta = StudyMeta.from_study(st)
+    meta = StudyMeta.from_study(st)  # damaged metadata: one line, before any trial is read
     directions = [d.name.lower() for d in st.directions]
     objectives = list((meta.objectives if meta else None) or st.metric_names or [])
     if len(objectives) != len(directions):
         objectives = [f"objective_{i}" for i in range(len(directions))]
+    recs = _read_records(storage, st, () if series else SERIES_ATTRS)
     return StudyData(
         url=url,
         name=study_name,
-        meta=_meta_dict(st),
-        records=_read_records(storage, st, () if series else SERIES_ATTRS),
+        meta=read_meta(st),
+        records=[r for r in recs if not r.damaged],
+        unreadable={r.number: r.damaged for r in recs if r.damaged},
         objectives=objectives,
         directions=directions,
         home=home,
@@ -153,11 +216,3 @@ def load(study: str, study_name: str | None = None, *, series: bool = False) -> 
         storage=storage,
         version=version,
     )
-
-
-def _meta_dict(study) -> dict[str, Any]:
-    """The stored meta as written (a dict; empty for a study archsearch did not write)."""
-    import json
-
-    raw = study.user_attrs.get("archsearch")
-    return json.loads(raw) if isinstance(raw, str) else (raw or {})

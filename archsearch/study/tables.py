@@ -31,6 +31,7 @@ __all__ = [
     "EAGER_ATTRS",
     "PAGE",
     "SCHEMA_REVISIONS",
+    "heartbeat_ages",
     "read_records",
     "schema_revision",
     "study_version",
@@ -72,6 +73,39 @@ def study_version(storage, study_name: str) -> tuple | None:
             return tuple(conn.execute(q, {"name": study_name}).one())
     except sqlalchemy.exc.SQLAlchemyError:
         return None
+
+
+def heartbeat_ages(storage, study_name: str) -> dict[int, float] | None:
+    """Seconds since the last heartbeat of each RUNNING trial of the study that has one, by
+    the database's own clock (Optuna's heartbeat is written with it); None where the tables
+    cannot be read."""
+    import datetime
+
+    import sqlalchemy
+
+    engine = getattr(storage, "engine", None)
+    if not isinstance(engine, sqlalchemy.engine.Engine):
+        return None
+    now = "CURRENT_TIMESTAMP" if engine.dialect.name == "sqlite" else "LOCALTIMESTAMP"
+    q = sqlalchemy.text(
+        f"SELECT t.number, h.heartbeat, {now} FROM trials t "
+        "JOIN studies s ON s.study_id = t.study_id "
+        "JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+        "WHERE s.study_name = :name AND t.state = 'RUNNING'"
+    )
+
+    def when(value) -> datetime.datetime:
+        value = datetime.datetime.fromisoformat(value) if isinstance(value, str) else value
+        return value.replace(tzinfo=None)
+
+    try:
+        if schema_revision(engine) not in SCHEMA_REVISIONS:
+            return None
+        with engine.connect() as conn:
+            rows = conn.execute(q, {"name": study_name}).all()
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError):
+        return None
+    return {int(n): (when(at) - when(beat)).total_seconds() for n, beat, at in rows}
 
 
 def read_records(
@@ -143,24 +177,32 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
             for tid, key, raw in _rows(conn, user_q, {**span, **eager}):
                 if tid in ids:
                     user.setdefault(tid, {})[key] = raw
+            damaged: dict[int, str] = {}  # what cannot be decoded, by trial id
             system: dict[int, dict[str, Any]] = {}
             for tid, key, raw in _rows(
                 conn, system_q, {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
             ):
                 if tid in ids:
-                    system.setdefault(tid, {})[key] = json.loads(raw)
+                    try:
+                        system.setdefault(tid, {})[key] = json.loads(raw)
+                    except ValueError:
+                        damaged.setdefault(tid, f"its stored {key!r} is not JSON")
             params: dict[int, dict[str, Any]] = {}
             for tid, name, value, dist in _rows(conn, params_q, span):
                 if tid in ids:
-                    params.setdefault(tid, {})[name] = _param(value, dist)
+                    try:
+                        params.setdefault(tid, {})[name] = _param(value, dist)
+                    except (ValueError, KeyError, TypeError):
+                        damaged.setdefault(tid, f"its parameter {name!r} is damaged")
             yield [
                 TrialRecord.from_stored(
                     number,
                     state,
                     [v for _, v in sorted(values[tid].items())] if tid in values else None,
-                    StoredAttrs(user.get(tid, {}), columns.reader(tid)),
+                    StoredAttrs(user.get(tid, {}), columns.reader(tid), number=number),
                     _constraints(system.get(tid, {})),
                     params.get(tid, {}),
+                    damaged.get(tid, ""),
                 )
                 for tid, number, state in trials
             ]
@@ -244,7 +286,8 @@ def _param(value: float, distribution_json: str) -> Any:
 def _constraints(system: dict[str, Any]) -> dict[str, float]:
     """Constraint values as `FrozenTrial.constraints` gives them: the old list by position,
     then the new keys."""
-    out = {str(i): c for i, c in enumerate(system.get(_CONSTRAINTS) or [])}
+    old = system.get(_CONSTRAINTS) or []
+    out = {str(i): c for i, c in enumerate(old if isinstance(old, list) else [old])}
     prefix = _CONSTRAINTS + ":"
     out.update({k[len(prefix) :]: v for k, v in system.items() if k.startswith(prefix)})
     return out

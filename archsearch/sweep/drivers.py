@@ -33,6 +33,7 @@ __all__ = [
     "Driver",
     "Heartbeat",
     "claim",
+    "drivers_alive",
     "reap_dead",
     "requeue_stale",
     "sync",
@@ -80,6 +81,26 @@ class Driver:
             return round(psutil.Process(self.pid).create_time(), 2) != self.started
         except psutil.Error:
             return True
+
+
+def drivers_alive(records, heartbeat_ages: dict[int, float] | None) -> dict[int, str]:
+    """The RUNNING trials of a study whose driver is alive: trial number -> the driver. A
+    driver of this host is alive while its process is; another host's while the trial's
+    heartbeat (`heartbeat_ages`: seconds, by trial number) is younger than `GRACE_S`."""
+    out = {}
+    for r in records:
+        if r.state != "RUNNING":
+            continue
+        key = r.attrs.get("driver")
+        driver = Driver.parse(key) if key else None
+        if driver is not None and driver.host == socket.gethostname():
+            alive = not driver.dead_here()
+        else:
+            age = (heartbeat_ages or {}).get(r.number)
+            alive = age is not None and age < GRACE_S
+        if alive:
+            out[r.number] = str(key or "a driver without a name")
+    return out
 
 
 def requeue_stale(study, trial) -> None:

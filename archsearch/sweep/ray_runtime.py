@@ -6,11 +6,14 @@ authentication; its files live in a temp dir of its own, removed at the end. On 
 (`ray.address`) Ray's own authentication setting stands (`RAY_AUTH_MODE`, `~/.ray/auth_token`).
 
 A driver records its local Ray in the run directory (`drivers/<host>-<pid>.json`: the driver
-and the temp dir). A driver killed before it could clean up (SIGKILL, the OOM killer) leaves
-that record, its temp dir and Ray's agent processes behind; the next sweep in the run directory
-finds the records of dead drivers of this host, ends the Ray processes of their temp dirs
-(`session_processes`: Ray programs whose command line or open files lie there), and removes the
-dirs and records.
+and the temp dir) and marks the temp dir as its own (`CREATOR`). A driver killed before it
+could clean up (SIGKILL, the OOM killer) leaves that record, its temp dir and Ray's agent
+processes behind; the next sweep in the run directory finds the records of dead drivers of
+this host, ends the Ray processes of their temp dirs (`session_processes`: Ray programs whose
+command line or open files lie there), and removes the dirs and records. A record is data (a
+run folder copied from a colleague, or crafted): it is honoured only for a folder of the
+system temp dir that is certainly what its driver made (name, owner and mark); any other
+record is left alone and reported.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from archsearch.errors import UserError
 from archsearch.sweep.drivers import Driver
 
 __all__ = [
+    "CREATOR",
     "RAY_TEMP_PREFIX",
     "RECORDS_DIR",
+    "Reaped",
     "ResourceWatch",
     "check_address",
     "contain_ray",
     "ray_session",
+    "ray_temp_dir",
     "reap_leftovers",
     "resource_nodes",
     "session_processes",
@@ -46,6 +52,7 @@ __all__ = [
 
 RAY_TEMP_PREFIX = "archsearch-ray-"  # a local Ray's temp dir: <system temp dir>/archsearch-ray-*
 RECORDS_DIR = "drivers"  # run_dir/drivers/<host>-<pid>.json: a driver's local Ray
+CREATOR = ".archsearch-driver"  # in a local Ray's temp dir: the key of the driver that made it
 
 
 def contain_ray(verbose: bool, address: str | None = None) -> None:
@@ -100,9 +107,13 @@ class ResourceWatch:
         return 0.0 if self._gone_since is None else now - self._gone_since
 
 
-def ray_temp_dir() -> str:
-    """Ray's session files under the system temp dir (AF_UNIX socket paths must stay short)."""
-    return tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)
+def ray_temp_dir(driver: str) -> str:
+    """Ray's session files under the system temp dir (AF_UNIX socket paths must stay short),
+    in a folder that says which driver made it (`CREATOR`: the driver's key), so that only
+    that driver's leftovers are ever removed for it."""
+    path = tempfile.mkdtemp(prefix=RAY_TEMP_PREFIX)
+    Path(path, CREATOR).write_text(driver)
+    return path
 
 
 def session_processes(temp_dir: str | Path) -> list[Any]:
@@ -144,44 +155,81 @@ def _write_record(run_dir: Path, me: Driver, temp_dir: str) -> Path:
     return path
 
 
-def _leftover_dir(record: dict[str, Any]) -> Path | None:
-    """The recorded temp dir when it is one of ours (a record is data: never trust a path)."""
-    temp = Path(str(record.get("ray_temp_dir", "")))
-    if temp.is_absolute() and temp.name.startswith(RAY_TEMP_PREFIX) and ".." not in temp.parts:
-        return temp
-    return None
+@dataclass
+class Reaped:
+    """What `reap_leftovers` did: the temp dirs it removed, and the records it left alone
+    ('<record>: why')."""
+
+    removed: list[str]
+    refused: list[str]
 
 
-def reap_leftovers(run_dir: Path) -> list[str]:
+def _leftover_dir(record: dict[str, Any], driver: Driver) -> tuple[Path | None, str]:
+    """The temp dir a dead driver's record names, when it is certainly what that driver
+    made: a folder (not a link) directly under the system temp dir, named `RAY_TEMP_PREFIX*`,
+    owned by this user, holding the driver's `CREATOR` mark. A record is data, copied with a
+    run folder or crafted: anything else is (None, why)."""
+    named = record.get("ray_temp_dir")
+    if not isinstance(named, str) or not named:
+        return None, "it names no temp dir"
+    temp = Path(named)
+    root = Path(tempfile.gettempdir()).resolve()
+    if not temp.is_absolute() or temp.parent.resolve() != root or ".." in temp.parts:
+        return None, f"{named!r} is not a folder of the system temp dir {str(root)!r}"
+    if not temp.name.startswith(RAY_TEMP_PREFIX):
+        return None, f"{named!r} is not named {RAY_TEMP_PREFIX}*"
+    if not temp.exists() and not temp.is_symlink():
+        return None, f"{named!r} no longer exists"
+    if temp.is_symlink() or not temp.is_dir():
+        return None, f"{named!r} is not a folder (a link or a file)"
+    if temp.stat().st_uid != os.getuid():
+        return None, f"{named!r} belongs to another user"
+    mark = temp / CREATOR
+    try:
+        made_by = mark.read_text() if mark.is_file() and not mark.is_symlink() else None
+    except OSError:
+        made_by = None
+    if made_by != driver.key:
+        return None, f"{named!r} was not made by the driver {driver.key} the record names"
+    return temp, ""
+
+
+def reap_leftovers(run_dir: Path) -> Reaped:
     """End the Ray processes and remove the temp dirs that drivers of this run directory left
-    when they died on this host (found by their records); returns the temp dirs removed. A live
-    driver's record, and another host's, are left alone."""
+    when they died on this host (found by their records), where each dir is certainly the one
+    its driver made (`_leftover_dir`); returns what was removed, and the records left alone
+    with why. A live driver's record, and another host's, are left alone (and not reported)."""
     import psutil
 
-    removed = []
+    removed, refused = [], []
     for path in sorted((run_dir / RECORDS_DIR).glob("*.json")):
         try:
             record = json.loads(path.read_text())
             driver = Driver.parse(record["driver"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being written by a peer, or not a record
-        if driver is None or not driver.dead_here():
+        except (OSError, ValueError, KeyError, TypeError):  # records are written whole
+            refused.append(f"{path}: not a driver record")
             continue
-        temp = _leftover_dir(record)
-        if temp is not None:
-            procs = session_processes(temp)
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    proc.terminate()
-            _gone, alive = psutil.wait_procs(procs, timeout=3)
-            for proc in alive:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            if temp.is_dir() and not temp.is_symlink():
-                shutil.rmtree(temp, ignore_errors=True)
-                removed.append(str(temp))
+        if driver is None:
+            refused.append(f"{path}: it names no driver")
+            continue
+        if not driver.dead_here():
+            continue
+        temp, why = _leftover_dir(record, driver)
+        if temp is None:
+            refused.append(f"{path}: {why}")
+            continue
+        procs = session_processes(temp)
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        _gone, alive = psutil.wait_procs(procs, timeout=3)
+        for proc in alive:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        shutil.rmtree(temp, ignore_errors=True)
+        removed.append(str(temp))
         path.unlink(missing_ok=True)
-    return removed
+    return Reaped(removed, refused)
 
 
 def _check_loopback(ray) -> None:
@@ -214,9 +262,11 @@ def ray_session(
     verbose: bool,
     num_gpus: float | None = None,
     run_dir: Path | None = None,
+    left_alone: list[str] | None = None,
 ):
     """Start a private local Ray (recorded under `run_dir`, whose dead drivers' leftovers are
-    removed first), or connect to the cluster at `address`; shut it down at the end."""
+    removed first: the records left alone, with why, are added to `left_alone`), or connect
+    to the cluster at `address`; shut it down at the end."""
     import ray
 
     if ray.is_initialized():  # e.g. the caller manages Ray
@@ -233,13 +283,15 @@ def ray_session(
         kwargs["runtime_env"] = {"env_vars": env_vars}
     temp_dir, record, made_run_dir = None, None, False
     if run_dir is not None:
-        reap_leftovers(run_dir)
+        reaped = reap_leftovers(run_dir)
+        if left_alone is not None:
+            left_alone += reaped.refused
     try:
         if address:
             check_address(address)
             ray.init(address=address, **kwargs)
         else:
-            temp_dir = ray_temp_dir()
+            temp_dir = ray_temp_dir(Driver.this().key)
             if run_dir is not None:
                 made_run_dir = not run_dir.exists()
                 record = _write_record(run_dir, Driver.this(), temp_dir)

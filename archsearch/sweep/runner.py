@@ -31,6 +31,7 @@ from archsearch.study import (
     StudyMeta,
     StudyWriter,
     check_storage_reachable,
+    check_study_storage,
     default_storage_url,
     open_storage,
     study_names,
@@ -342,6 +343,8 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     url = cfg.storage.url or default_storage_url(run_dir)
     if cfg.storage.url:
         check_storage_reachable(url)
+    # a file or database that is not an Optuna study of this schema is refused untouched
+    check_study_storage(url, creating=True, key="storage.url" if cfg.storage.url else "run_dir")
     train = train_settings(space, cfg)
     check_placement(cfg, train)
     check_latency_runtime(cfg, device)
@@ -355,8 +358,14 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     check_feasible(space, device)
     trainable = import_trainable(cfg.trainable)
 
+    left_alone: list[str] = []  # driver records of this run dir the clean-up did not honour
     with ray_session(
-        cfg.ray.address, cfg.ray.num_cpus, cfg.ray.verbose, cfg.ray.num_gpus, run_dir=run_dir
+        cfg.ray.address,
+        cfg.ray.num_cpus,
+        cfg.ray.verbose,
+        cfg.ray.num_gpus,
+        run_dir=run_dir,
+        left_alone=left_alone,
     ):
         check_cluster_gpus(cfg)
         measure = None
@@ -466,6 +475,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "sampler": sampler_name.value,
         "early_stopping": cfg.early_stopping.value,
         "reference_point": StudyMeta.from_study(writer.study).reference,
+        "left_alone": left_alone,
         **retrained,
     }
     (run_dir / "sweep.json").write_text(json.dumps(summary, indent=2))
