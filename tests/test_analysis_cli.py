@@ -19,7 +19,7 @@ from studies import OBJECTIVES, make_study
 
 from archsearch.arch import ArchConfig
 from archsearch.cli import main
-from archsearch.cost import metric_value
+from archsearch.latency import metric_value
 from archsearch.metrics import MetricSpec
 
 EXE = str(Path(sys.executable).with_name("archsearch"))

@@ -44,7 +44,7 @@ CHEAP = {
     "sweep": "trials=2 budget=tokens:16K train.eval_batches=2",
     "confirm": "factor=2 n=1",
     "train": "budget=tokens:16K",
-    "calibrate": "quick=true repeats=1",
+    "calibrate": "budget=quick repeats=1",
     "profile": "lengths=[16,32] batches=[1] repeats=1",
 }
 # the cluster tutorial on one machine: CPU trials of a few steps on a 2-node private cluster

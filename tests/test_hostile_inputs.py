@@ -323,7 +323,7 @@ OUTPUT_DIRS = [
     cli(
         "calibrate-under-file",
         "calibrate",
-        "quick=true",
+        "budget=quick",
         "output={f}/x.yaml",
         text="x",
         must=("output",),

@@ -279,3 +279,28 @@ def test_the_command_line_and_the_sweep_offer_every_runtime():
 
     assert tuple(r.value for r in Runtime) == RUNTIMES
     assert type(LatencySection().runtime) is Runtime
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["calibrate", "runtime=onnxruntime"],
+        ["sweep", "latency.mode=measured", "latency.runtime=onnxruntime", "trials=1"],
+        ["sweep", "latency.mode=measured", "latency.runtime=executorch", "trials=1"],
+    ],
+)
+def test_a_runtime_whose_packages_are_missing_names_the_extra(argv, tmp_path, capsys, monkeypatch):
+    """The deploy runtimes are an extra (`archsearch[runtimes]`): without their packages,
+    asking for one is one line that names the extra, exit 2, nothing written."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    missing = {"onnx", "onnxscript", "onnxruntime", "executorch"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n in missing else real(n, *a)
+    )
+    key = "output" if argv[0] == "calibrate" else "run_dir"
+    assert main([*argv, f"{key}={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'archsearch[runtimes]'" in err, err
+    assert "runtime" in err and not any(tmp_path.iterdir())

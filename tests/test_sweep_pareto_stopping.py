@@ -167,7 +167,7 @@ def true_front(space_file: Path, truth: dict) -> set[str]:
 
 def feasible_points(space_file: Path, truth: dict) -> dict[str, tuple[float, float]]:
     """Arch hash -> (recorded loss, predicted decode latency) of every feasible candidate."""
-    from archsearch.cost import metric_value
+    from archsearch.latency import metric_value
     from archsearch.space import assignments, build, parse_space_file
 
     space = parse_space_file(space_file)

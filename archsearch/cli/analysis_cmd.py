@@ -27,7 +27,7 @@ def _open(cfg: Any):
 
 def study_device(name: str | None, data) -> str:
     """The device asked for (checked), else the one the sweep ran for."""
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     device = name or data.meta.get("device") or "rpi5"
     load_device(device)
@@ -250,7 +250,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
 
     from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
     from archsearch.arch import load_arch
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
     from archsearch.metrics import parse_quantity
 
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
