@@ -8,21 +8,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 import yaml
+from conftest import EXE
 from studies import OBJECTIVES, make_study
 
 from archsearch.arch import ArchConfig
 from archsearch.cli import main
 from archsearch.latency import metric_value
 from archsearch.metrics import MetricSpec
-
-EXE = str(Path(sys.executable).with_name("archsearch"))
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +213,7 @@ def test_sweep_epilogue_writes_the_plots_of_the_sweeps_device(study, capsys):
     assert res["front"] and res["dashboard"] == f"archsearch dashboard study={run_dir}"
 
 
+@pytest.mark.slow
 def test_export_round_trips_into_archsearch_train(study, capsys, tmp_path):
     run_dir, info = study
     number = info["by_status"]["trained"][0]

@@ -73,6 +73,7 @@ def commands(text: str) -> list[str]:
 # ---- the site -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly_with_its_generated_reference(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     res = subprocess.run(

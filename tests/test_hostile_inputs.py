@@ -795,6 +795,7 @@ def test_a_crafted_checkpoint_cannot_run_code_on_resume(fmt, tmp_path, capsys, m
     assert marker.read_text() == "ran"
 
 
+@pytest.mark.slow
 def test_a_real_checkpoint_still_resumes(tmp_path):
     """weights_only=True reads back everything a trial checkpoints (model, optimizer, RNG and
     data-stream states)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import EXE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,7 +46,6 @@ from archsearch.models.tracing import state_elements as traced_state
 from archsearch.models.tracing import trace
 
 ROOT = Path(__file__).resolve().parents[1]
-EXE = str(Path(sys.executable).with_name("archsearch"))
 PIP_INSTALL = (sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation")
 PUBLISHED = json.loads((ROOT / "benchmarks/results/traced_vs_analytic.json").read_text())
 

@@ -65,6 +65,7 @@ def test_pages_equal_the_public_api_on_sqlite(tmp_path_factory, specs, other, pa
         assert "curve" not in r.attrs
 
 
+@pytest.mark.slow
 def test_pages_equal_the_public_api_on_postgresql():
     specs = [
         (Status.TRAINED, [1.0, float("inf")], {}, True),

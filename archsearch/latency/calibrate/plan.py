@@ -56,7 +56,7 @@ class TimingPlan:
 
 
 PLANS = {
-    "full": TimingPlan("full"),  # about five minutes at one thread on a 2-core VM
+    "full": TimingPlan("full"),  # the default: its time is measured by the latency benchmarks
     "fast": TimingPlan("fast", samples=24, span=0.25, held_out_builds=1),
     "quick": TimingPlan(  # a smoke run of seconds: too few timings to trust
         "quick",
