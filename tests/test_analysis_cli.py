@@ -63,6 +63,7 @@ def trained_unique(run_dir: Path) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_pareto_front_files_and_reports(study, capsys, tmp_path):
     run_dir, info = study
     code, out, err = run(["pareto", f"study={run_dir}", "format=json"], capsys)
@@ -270,6 +271,7 @@ def tiny(**kw) -> ArchConfig:
     return ArchConfig.from_dict(base)
 
 
+@pytest.mark.slow
 def test_hf_config_matches_the_model_for_llama_mla_mistral_and_mixtral():
     import torch
     import transformers

@@ -153,6 +153,7 @@ def test_counts_are_exact_for_every_module(name):
     check_exact(CASES[name])
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     family=st.sampled_from(LINEAR_FAMILIES),
@@ -288,6 +289,7 @@ def test_recurrent_state_does_not_grow_and_kv_cache_does():
     assert state_elements(w, 16)[0] == state_elements(w, 4096)[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(sorted(CASES)), B=st.integers(1, 3), n0=st.integers(1, 12))
 def test_a_step_rewrites_its_recurrent_state_and_adds_a_row_to_its_kv_cache(name, B, n0):

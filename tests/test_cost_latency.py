@@ -310,6 +310,7 @@ def test_cost_commands_reject_bad_input(argv, fragment, capsys, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_prune_counts_every_constraint(capsys):
     assert main(["prune", "search_space=plm_edge", "device=rpi5", "format=json"]) == 0
     data = json.loads(capsys.readouterr().out)

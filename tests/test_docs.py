@@ -192,6 +192,7 @@ def _quoted_outputs() -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("line", "shown"), _quoted_outputs())
 def test_the_readme_tour_quotes_what_the_commands_print(line, shown, capsys):
     """Every line the README shows under `space show` and `prune` is in what they print now:

@@ -235,6 +235,7 @@ def _hv(path: Path):
     return analyse(data, "rpi5", axes, is_default=is_default)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     front=st.lists(st.tuples(st.floats(1.0, 5.0), st.floats(1.0, 5.0)), min_size=1, max_size=6),

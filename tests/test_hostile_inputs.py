@@ -677,6 +677,7 @@ def test_an_interpolation_on_the_command_line_is_refused_not_resolved(
     assert "leaked" not in err
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60,
     deadline=None,

@@ -138,6 +138,7 @@ def hyena_arch(d: int = 32, layers: int = 2, share: float = 0.5, ffn: str = "hye
 # ---- plugins by name ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_discovery_reads_metadata_only_and_never_imports_torch(plugin_sites, tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
     code = (
@@ -249,6 +250,7 @@ def builtin_class(arch: ArchConfig):
     return sequence_mixer_class(sequence_mixer_name(r, r.pattern[0]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILTINS))
 def test_every_builtin_satisfies_the_contract_and_passes_the_kit(name):
     arch = BUILTINS[name].resolved()
@@ -357,6 +359,7 @@ def counted(fn) -> float:
     return float(sum(fc.get_flop_counts()["Global"].values()))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # the fixture only puts the installed plugins on sys.path: the same for every example

@@ -232,6 +232,7 @@ def test_without_executorch_installed_the_reason_says_how_to_install_it(monkeypa
     assert str(err.value) == EXECUTORCH_MISSING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("runtime", "batches"), [("onnxruntime", [1, 2]), ("executorch", [2])])
 def test_profile_in_a_deploy_runtime_end_to_end(runtime, batches, tmp_path, capsys):
     paths = []
