@@ -1,11 +1,13 @@
 # The two commands a newcomer needs (both set up .venv on first use):
 #   make run    runs the main job on its embedded default
 #   make test   runs the test suite (what CI runs, through .ci/run)
+# and, while working: make test-fast, the unit and property tests (every package; no Ray,
+# servers, subprocesses, calibration or training: those are marked slow)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.archsearch-installed
 
-.PHONY: run test lint setup clean
+.PHONY: run test test-fast lint setup clean
 
 run: $(STAMP)
 	$(VENV)/bin/archsearch sweep
@@ -14,6 +16,9 @@ run: $(STAMP)
 # run the suite in about two thirds of the time one worker takes
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -71,7 +71,7 @@ def front_payload(
 ) -> str:
     """The JSON the page draws: the plotly figure, the front table, a caption (of the study
     as read now, or of `data`, the study as read before)."""
-    from archsearch.cost.devices import load_device  # the cost model imports torch: on demand
+    from archsearch.latency import load_device  # on demand: numpy and the profiles
 
     data = data or load(url, study_name)
     data.home = home

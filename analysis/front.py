@@ -143,7 +143,7 @@ def _cost_model_value(record: TrialRecord, label: str) -> float | None:
     key = (json.dumps(arch, sort_keys=True), label)
     if key not in _COST_CACHE:
         from archsearch.arch import ArchConfig
-        from archsearch.cost import metric_value
+        from archsearch.latency import metric_value
 
         _COST_CACHE[key] = metric_value(ArchConfig.from_dict(arch), MetricSpec.parse(label))
     return _COST_CACHE[key]
@@ -155,9 +155,9 @@ LATENCIES = ("ttft_ms", "decode_ms", "e2e_ms")  # predicted latencies: shown wit
 def latency_errors(records: list[TrialRecord], label: str) -> np.ndarray | None:
     """The relative error a predicted latency (`decode_ms[local,...]`) carries for each trial's
     stored architecture: its device profile's held-out error in the band of the working set
-    (`archsearch.cost.model.spec_errors`), the profile's one figure for a trial that stores no
+    (`archsearch.latency.spec_errors`), the profile's one figure for a trial that stores no
     architecture, nan where the profile states none; None for other metrics."""
-    from archsearch.cost.devices import spec_error
+    from archsearch.latency import spec_error
 
     try:
         spec = MetricSpec.parse(label)
@@ -170,8 +170,8 @@ def latency_errors(records: list[TrialRecord], label: str) -> np.ndarray | None:
     stored = [i for i, r in enumerate(records) if isinstance(r.attrs.get("arch"), dict)]
     if one is not None and stored:
         from archsearch.arch import ArchConfig
-        from archsearch.cost.model import spec_errors
         from archsearch.cost.ops import Columns
+        from archsearch.latency import spec_errors
 
         archs = [ArchConfig.from_dict(records[i].attrs["arch"]) for i in stored]
         out[stored] = spec_errors(Columns.from_archs(archs), spec)
@@ -321,7 +321,7 @@ def resolve_axis(
         args["device"] = given.get("device", device)
     for arg, value in args.items():
         if arg == "device":
-            from archsearch.cost.devices import load_device
+            from archsearch.latency import load_device
 
             if devices is not None and str(value) not in devices:
                 raise UserError(

@@ -95,7 +95,7 @@ def axis_error(label: str) -> float | None:
     """The relative error a predicted latency (`decode_ms[rpi5,...]`) carries: its device
     profile's held-out error (`archsearch.cost.devices.latency_error`); None for other
     metrics and where the profile has no check at its precision."""
-    from archsearch.cost.devices import spec_error
+    from archsearch.latency import spec_error
 
     try:
         spec = MetricSpec.parse(label)
@@ -107,7 +107,8 @@ def axis_error(label: str) -> float | None:
 def latency_note(p: Pareto) -> str | None:
     """How the latencies on the axes were obtained and what their +- means (None: no latency
     axis)."""
-    from archsearch.cost.devices import describe_error, load_device
+    from archsearch.cost.devices import describe_error
+    from archsearch.latency import load_device
 
     devices = []
     for a in p.axes:

@@ -15,9 +15,9 @@ decode step (with its state as inputs and outputs) are exported once before timi
 runtime's logits are checked against PyTorch's over the prompt and `check_steps` decode steps
 (`logit_check`); a candidate that does not export is not measured, with the one-line reason.
 
-Predicted: the cost model (`archsearch.cost.model`) on a device profile at a precision: total
-inference memory and cache bytes, decode time per step at that context, and the end-to-end time
-of the prompt plus the generated tokens.
+Predicted: the latency model (`archsearch.latency.predict`) on a device profile at a precision:
+total inference memory and cache bytes, decode time per step at that context, and the end-to-end
+time of the prompt plus the generated tokens.
 """
 
 from __future__ import annotations
@@ -146,7 +146,8 @@ def measure_isolated(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
 
 def predict(arch, device: str, s: Settings) -> dict[str, Any]:
     """The cost model's numbers at the same lengths and batch sizes."""
-    from archsearch.cost import columns, load_device, model
+    from archsearch.cost import model
+    from archsearch.latency import columns, decode_s, e2e_s, load_device
 
     c = columns(arch)
     dev = load_device(device)
@@ -156,12 +157,12 @@ def predict(arch, device: str, s: Settings) -> dict[str, Any]:
         points = []
         for n in s.lengths:
             ctx = s.prompt + n
-            e2e = float(model.e2e_s(c, dev, s.prompt, n, s.precision, B)[0])
+            e2e = float(e2e_s(c, dev, s.prompt, n, s.precision, B)[0])
             points.append(
                 {
                     "length": n,
                     "time_s": e2e,
-                    "step_ms": 1e3 * float(model.decode_s(c, dev, ctx, s.precision, B)[0]),
+                    "step_ms": 1e3 * float(decode_s(c, dev, ctx, s.precision, B)[0]),
                     "tokens_per_s": B * n / e2e,
                     "cache_bytes": float(model.cache_bytes(c, ctx, bits, B)[0]),
                     "cache_bytes_fp32": float(model.cache_bytes(c, ctx, 32, B)[0]),

@@ -41,6 +41,7 @@ import torch.utils._pytree
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from archsearch.errors import UserError
 from archsearch.models import LanguageModel, State, gemm
 from archsearch.models.rope import RoPE
 
@@ -52,14 +53,18 @@ __all__ = [
     "deploy",
     "logit_error",
     "prepare",
+    "require",
 ]
 
 RUNTIMES = ("torch", "onnxruntime", "executorch")
+# what each deploy runtime needs beyond torch: the `runtimes` extra installs them
+PACKAGES = {"onnxruntime": ("onnx", "onnxscript", "onnxruntime"), "executorch": ("executorch",)}
+EXTRA = "pip install 'archsearch[runtimes]'"
 # fp32 logits of the runtime vs PyTorch eager: a relative tolerance on max |logit| (kernels fuse
 # and reorder sums differently, so the last bits differ; a wrong graph is off by O(1))
 LOGIT_TOLERANCE = 1e-4
 REASON_CHARS = 240
-EXECUTORCH_MISSING = "executorch is not installed: pip install 'archsearch[executorch]'"
+EXECUTORCH_MISSING = f"executorch is not installed: {EXTRA}"
 OPSET = 18
 
 
@@ -75,6 +80,18 @@ torch.utils._pytree.register_pytree_node(
 
 class ExportError(Exception):
     """A module that does not run in a runtime; str() is a one-line reason."""
+
+
+def require(runtime: str, *, key: str) -> None:
+    """A one-line `UserError` naming the extra to install where `runtime` needs packages this
+    environment lacks."""
+    import importlib.util
+
+    missing = [p for p in PACKAGES.get(runtime, ()) if importlib.util.find_spec(p) is None]
+    if missing:
+        raise UserError(
+            f"{runtime!r} needs {', '.join(missing)}, not installed here: {EXTRA}", key=key
+        )
 
 
 def _check_runtime(runtime: str) -> None:
@@ -127,7 +144,10 @@ def _quiet() -> Iterator[None]:
 
 
 def _session(onnx_bytes: bytes, threads: int):
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ExportError(f"onnxruntime is not installed: {EXTRA}") from None
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.cost import Columns, metric_values
-from archsearch.cost.devices import load_device
+from archsearch.cost import Columns
+from archsearch.latency import load_device, metric_values
 from archsearch.metrics import METRICS, MetricSpec
 from archsearch.space import assignments, build, load_space, sample
 

@@ -1,5 +1,5 @@
 """Does the +- a calibrated profile states hold? The 90th percentile of its held-out errors
-against its upper 90%-confidence bound (`kernel_fit.p90_bound`), over saved runs.
+against its upper 90%-confidence bound (`latency.calibrate.fit.p90_bound`), over saved runs.
 
 A calibration's `validation` is estimated from 49-52 held-out predictions (twelve held-out
 models and the glue models, each left out of the model-level fit); each latency then carries
@@ -8,7 +8,7 @@ that figure (decode's by the working set of its step). This prices every saved r
 seen by any calibration) on every calibration (`--calibration NAME=RAW.json`: the profile
 NAME in the device folder, and the JSON `archsearch calibrate ... format=json` printed, whose
 `raw` part keeps the held-out predictions it pooled), with the validation rebuilt twice from
-them (`kernel_fit.pooled_check`): the `p90` alone (as profiles stated before bounds) and with
+them (`latency.calibrate.refit`): the `p90` alone (as profiles stated before bounds) and with
 its `bound`. Per pair, the share of held-out architectures inside their own +- (a 90th
 percentile promises 90%; the bound, at least 90% nine times in ten) and the mean +-. No
 timing: a second or two per pair.
@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.cost import kernel_fit as kf
-from archsearch.cost.devices import DeviceProfile, load_device, parse_device
+from archsearch.cost.devices import DeviceProfile, parse_device
+from archsearch.latency import load_device
+from archsearch.latency.calibrate import refit
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency_accuracy import cases, predict
@@ -39,30 +40,8 @@ from bench_latency_accuracy import cases, predict
 RULES = ("p90", "bound")
 
 
-def held_out(raw: dict) -> tuple[list, list, list, int, float]:
-    """A calibration's pooled held-out predictions as `kernel_fit.fit_kernels` pooled them, from
-    its raw timings (`raw`: the `kernels` part): (measured, predicted, working sets, how many
-    are the held-out models', the probe's largest cache); the arguments of
-    `kernel_fit.pooled_check`."""
-    models = {m.arch.summary(): m for m in kf.validation_models() + kf.glue_models()}
-    val, glue = raw["validation"], [e for e in raw["glue"] if "left_out_s" in e]
-    measured = [tuple(e["measured_s"]) for e in val + glue]
-    predicted = [tuple(e["predicted_s"]) for e in val] + [tuple(e["left_out_s"]) for e in glue]
-    working = [
-        models[e["arch"]]
-        ._replace(prompt=e["prompt"], context=e["context"], batch=e["batch"])
-        .working_sets()
-        for e in val + glue
-    ]
-    memory = kf.fit_memory(
-        [m["bytes"] for m in raw["memory"]], [m["seconds"] for m in raw["memory"]]
-    )
-    capacity = memory.caches[-1].hi if memory.caches else 0.0
-    return measured, predicted, working, len(val), capacity
-
-
 def with_validation(dev: DeviceProfile, validation: dict, rule: str) -> DeviceProfile:
-    """`dev` with its fp32 checks replaced by `validation` (`kernel_fit.pooled_check`), their
+    """`dev` with its fp32 checks replaced by `validation` (`calibrate.fit.pooled_check`), their
     bounds dropped for `rule` p90."""
     entries = copy.deepcopy(validation)
     if rule == "p90":
@@ -100,8 +79,8 @@ def main() -> None:
     for spec in args.calibration:
         name, raw_path = spec.split("=", 1)
         dev = load_device(name)
-        raw = json.loads(Path(raw_path).read_text())["raw"]["kernels"]
-        validation = kf.pooled_check(*held_out(raw))
+        raw = json.loads(Path(raw_path).read_text())["raw"]
+        validation = {q: checks[0] for q, checks in refit(raw)[1].items()}
         for rule in RULES:
             stated = with_validation(dev, validation, rule)
             for run, rows in runs.items():

@@ -3,12 +3,12 @@ on architectures calibration never saw.
 
 Over 48 architectures spanning every mixer family (MHA, GQA, MQA, MLA with and without query
 compression, the eight linear families, MCSD, a hybrid, MoE), the real PyTorch models are timed
-here (`archsearch.cost.kernel_timing.time_model_once`, `--instances` fresh builds of each, the
+here (`archsearch.latency.calibrate.timing.time_model`, `--instances` fresh builds of each, the
 least of a build's samples over `SAMPLE_S` after `WARMUP_S` of warm-up calls, the least over
 builds, at a fixed thread count, through `archsearch.runtimes.prepare`): the prefill of a
 prompt (time to first token) and one decode step after a context, at one of four settings
 each. None of these models, and none of their (width, depth, vocabulary, prompt, context,
-batch) combinations, is timed by `archsearch calibrate` (`archsearch.cost.kernel_fit`: kernels
+batch) combinations, is timed by `archsearch calibrate` (`archsearch.latency.calibrate`: kernels
 on grids of widths 64-768, prompts 16-512, contexts 16-2048, batches 1-8; its glue and
 held-out models at other sizes); rows outside the calibration set's ranges (width > 768,
 prompt > 512, context > 2048 or batch > 8) are marked `outside` and summarised apart.
@@ -32,7 +32,7 @@ Printed and saved (benchmarks/results/latency_accuracy.json), for TTFT and decod
 within +-5/10/20%, MAPE, Kendall's tau, and the bias (mean signed relative error) per family.
 
 Whether the error the user is shown holds (`stated`): each prediction carries its profile's
-held-out error (`archsearch.cost.model.latency_errors`: the upper bound of the 90th percentile
+held-out error (`archsearch.latency.predict.latency_errors`: the upper bound of the 90th percentile
 of |error|, or that percentile on a profile without bounds, in the band of its working set
 where the profile gives bands, else its one figure); the share of the held-out architectures
 inside their own +- (a 90th percentile promises 90%, its bound at least that) and the median
@@ -41,7 +41,7 @@ inside their own +- (a 90th percentile promises 90%, its bound at least that) an
 other runs' timings, beside the profiles): `bench_latency_ceiling.py`.
 
 `--precision fp16` checks the roofline's half precision instead (a measured profile's kernel
-predictor prices fp32 only): every model timed in bf16 (`kernel_timing.DTYPES`), predicted at
+predictor prices fp32 only): every model timed in bf16 (`calibrate.timing.DTYPES`), predicted at
 fp16, saved to results/latency_accuracy_fp16.json; architectures torch cannot run in bf16 on a
 CPU (gated DeltaNet, DeltaNet: no bf16 `triangular_solve`) are listed and left out.
 
@@ -51,7 +51,7 @@ and prints its figures, to read one set of measurements against several profiles
 
 How fast the machine is now against during calibration (`drift`): a shared VM's speed wanders
 by 10% and more over minutes. The models calibration fitted its model-level terms to
-(`kernel_fit.glue_models`, where the profile's predictions equal calibration's timings up to
+(`calibrate.models.glue_models`, where the profile's predictions equal calibration's timings up to
 the fit) are timed again before and after the held-out set; the median of measured /
 predicted, per phase, is that drift; the share of them whose start and end timings agree
 within +-10% is printed beside it (the same reading of the machine as `retest`, over the
@@ -96,10 +96,11 @@ from archsearch.arch import (
     MCSDConfig,
     MoEConfig,
 )
-from archsearch.cost import columns, model
-from archsearch.cost.devices import latency_error, load_device
-from archsearch.cost.kernel_fit import WholeModel, glue_models
-from archsearch.cost.kernel_timing import SAMPLE_S, time_model_once
+from archsearch.cost.devices import latency_error
+from archsearch.latency import columns, decode_s, latency_errors, load_device, ttft_s
+from archsearch.latency.calibrate.models import WholeModel, glue_models
+from archsearch.latency.calibrate.plan import SAMPLE_S, TimingPlan
+from archsearch.latency.calibrate.timing import time_model
 
 # (prompt, context, batch): the first inside the calibration ranges, the others outside
 SETTINGS = ((256, 512, 1), (768, 1536, 1), (128, 4096, 1), (192, 384, 8))
@@ -264,7 +265,8 @@ def measured_over_predicted(
     out = []
     for m in models:
         try:
-            ttft, decode = m.timed(runtime, repeats, 0.0, instances, precision)
+            how = TimingPlan("benchmark", runtime=runtime, repeats=repeats, precision=precision)
+            ttft, decode = time_model(m, how, instances)
         except RuntimeError:  # no kernel for one of its ops in that dtype
             out.append((float("nan"), float("nan")))
             continue
@@ -294,11 +296,11 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     dev = load_device(args.device)
-    sampled = dev.kernels.sample_s if dev.kernels is not None else None
+    sampled = dev.predictor.sample_s if dev.predictor is not None else None
     if sampled is not None and sampled != SAMPLE_S:
         print(
             f"note: {args.device} was fitted to whole models sampled over {sampled:g} s "
-            f"(0: back to back), timed here over {SAMPLE_S:g} s (`kernel_timing.SAMPLE_S`)"
+            f"(0: back to back), timed here over {SAMPLE_S:g} s (`calibrate.plan.SAMPLE_S`)"
         )
     t0 = time.perf_counter()
     at = args.precision
@@ -315,10 +317,12 @@ def main() -> None:
             if k == 0:
                 watched.append(measured_over_predicted(dev, args.runtime, 3, watch, 1, at))
             try:
+                how = TimingPlan(
+                    "benchmark", runtime=args.runtime, repeats=args.repeats, precision=at
+                )
+                case = WholeModel(arch, prompt, context, batch)
                 builds[i] += [
-                    time_model_once(
-                        arch, args.runtime, prompt, context, args.repeats, 0.0, batch, at
-                    )
+                    time_model(case, how)
                     for _ in range(first if k == 0 else args.instances - first)
                 ]
             except RuntimeError as e:  # torch has no kernel for one of its ops at `at`
@@ -391,7 +395,7 @@ def main() -> None:
         "threads": args.threads,
         "device": args.device,
         "profile": dev.path,
-        "kernel_predictor": dev.kernels is not None,
+        "kernel_predictor": dev.predictor is not None,
         "runtime": args.runtime,
         "sample_s": {"here": SAMPLE_S, "profile": sampled},
         "precision": at,
@@ -427,16 +431,16 @@ def main() -> None:
 
 def predict(row: dict, arch: ArchConfig, dev, precision: str = "fp32") -> None:
     """Fill `row` (a held-out architecture at its setting) with its predictions on `dev` at
-    `precision` and the errors they carry (`model.latency_errors`; the profile's one figure
+    `precision` and the errors they carry (`latency_errors`; the profile's one figure
     beside them)."""
     c = columns(arch)
     settings = dict(prompt=row["prompt"], context=row["context"], batch=row["batch"])
-    ttft = model.ttft_s(c, dev, row["prompt"], precision, row["batch"])
+    ttft = ttft_s(c, dev, row["prompt"], precision, row["batch"])
     row["ttft_pred_ms"] = 1e3 * float(ttft[0])
-    decode = model.decode_s(c, dev, row["context"], precision, row["batch"])
+    decode = decode_s(c, dev, row["context"], precision, row["batch"])
     row["decode_pred_ms"] = 1e3 * float(decode[0])
     for q in ("ttft", "decode"):
-        errors = model.latency_errors(c, dev, f"{q}_ms", precision, **settings)
+        errors = latency_errors(c, dev, f"{q}_ms", precision, **settings)
         if errors is not None:
             row[f"{q}_error"] = float(errors[0])
             row[f"{q}_profile_error"] = latency_error(dev, f"{q}_ms", precision)

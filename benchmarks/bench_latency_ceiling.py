@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.cost.devices import load_device
+from archsearch.latency import load_device
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency_accuracy import bias_by_family, cases, figures, predict

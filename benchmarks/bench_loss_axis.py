@@ -100,7 +100,7 @@ def tau_09_budget(points: list[tuple[float, float]]) -> str:
 
 def objectives(space, arch) -> tuple[float, bool]:
     """(Pi 5 decode latency in ms as the space's second objective, feasible)."""
-    from archsearch.cost import metric_value
+    from archsearch.latency import metric_value
 
     latency = metric_value(arch, space.objectives[1].spec.on_device("rpi5", only_unset=True))
     feasible = all(

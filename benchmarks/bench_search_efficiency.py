@@ -94,7 +94,7 @@ def ground_truth(workers: int) -> None:
 
 def objectives(space, arch_dict: dict, result: dict) -> tuple[float, float, bool]:
     from archsearch.arch import ArchConfig
-    from archsearch.cost import metric_value
+    from archsearch.latency import metric_value
 
     arch = ArchConfig.from_dict(arch_dict)
     latency = metric_value(arch, space.objectives[1].spec.on_device("rpi5", only_unset=True))

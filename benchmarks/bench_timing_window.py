@@ -1,7 +1,7 @@
 """How long a whole model's timing should sample: the agreement of two timings of one model
-minutes apart, for each sampling span (`kernel_timing.SAMPLE_S`).
+minutes apart, for each sampling span (`latency.calibrate.plan.SAMPLE_S`).
 
-A whole model is timed (`kernel_timing.time_model_once`) as the least of its samples after
+A whole model is timed (`latency.calibrate.timing.time_model`) as the least of its samples after
 `WARMUP_S` of warm-up calls. On a shared VM the machine slows down for tenths of a second to
 seconds at a time (other tenants' work on the shared cache and memory): five samples taken
 back to back after the warm-up (a decode step: 10-50 ms) fall inside one such moment or
@@ -9,7 +9,7 @@ outside it, and two timings of the same model agree only as often as both fall o
 Sampling over a span of `S` seconds gives the least more moments to find an undisturbed one.
 
 For each span of `--spans` and 0 (`repeats` samples back to back, as before), each of the
-calibration's held-out models (`kernel_fit.validation_models`, twelve families and sizes) is
+calibration's held-out models (`calibrate.models.held_out_models`, twelve families and sizes) is
 timed in two passes minutes apart, `--builds` fresh builds per pass, the spans interleaved
 build by build (so that every span meets the same moments of the machine). Printed and saved
 (results/timing_window.json), per span and phase: the share of models whose two passes (the
@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from archsearch.cost.kernel_fit import validation_models
-from archsearch.cost.kernel_timing import time_model_once
+from archsearch.latency.calibrate.models import held_out_models
+from archsearch.latency.calibrate.plan import TimingPlan
+from archsearch.latency.calibrate.timing import time_model
 
 PHASES = ("ttft", "decode")
 
@@ -64,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     spans = args.spans  # spans[0] == 0: the back-to-back timings the others are compared with
-    models = validation_models()
+    models = held_out_models()
     # timed[span][model][pass] -> list of (ttft, decode, seconds) per build
     timed = [[[[], []] for _ in models] for _ in spans]
     t0 = time.perf_counter()
@@ -73,9 +74,8 @@ def main() -> None:
             for _ in range(args.builds):
                 for j, span in enumerate(spans):
                     start = time.perf_counter()
-                    ttft, decode = time_model_once(
-                        m.arch, "torch", m.prompt, m.context, args.repeats, 0.0, m.batch, span=span
-                    )
+                    how = TimingPlan("window", repeats=args.repeats, span=span)
+                    ttft, decode = time_model(m, how)
                     timed[j][i][k].append((ttft, decode, time.perf_counter() - start))
             print(f"pass {k + 1}/2: {i + 1}/{len(models)} {m.arch.summary()}", flush=True)
     result = {

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from archsearch.arch import load_arch
-from archsearch.cost.devices import COMPUTE_CLASS_OF, load_device
+from archsearch.cost.devices import COMPUTE_CLASS_OF
 from archsearch.cost.fit import Throughput, fit_efficiency, leave_one_out, predict, validation
+from archsearch.latency import load_device
 
 SOURCE = "[PLM] Table 12 (prefill 512 / generate 128 tokens/s, llama.cpp)"
 # preset -> the model's name in the seed

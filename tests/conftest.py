@@ -1,4 +1,5 @@
-"""Hermetic tests: whatever a test (or a command it runs in-process, such as a sweep that
+"""Shared fixtures and helpers (the command line's path `EXE`, a tiny architecture, a tiny
+sweep), and hermetic tests: whatever a test (or a command it runs in-process, such as a sweep that
 contains its private Ray with environment settings) changes in `os.environ` is undone after it,
 so no later test, nor the servers it starts, inherits it; and none depends on the terminal it
 runs in (`make test` runs them in two pytest-xdist workers, whose terminal is 80 columns)."""
@@ -6,8 +7,13 @@ runs in (`make test` runs them in two pytest-xdist workers, whose terminal is 80
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+from archsearch.arch import ArchConfig
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +37,51 @@ def _own_user_devices(tmp_path_factory):
     """Each test has its own (empty) user device folder: profiles a test measures under a name
     stay with it, and none of the machine's own (`~/.config/archsearch/devices`) are seen."""
     os.environ["ARCHSEARCH_DEVICE_DIR"] = str(tmp_path_factory.mktemp("user-devices"))
+
+
+# ---- shared helpers: the command line, a tiny architecture, a tiny sweep -----------------------
+
+EXE = str(Path(sys.executable).with_name("archsearch"))  # the command line under test
+SYNTHETIC = "trainable=archsearch.sweep.testing:synthetic"  # a trial of no training: seconds
+
+
+def sweep(
+    tmp_path: Path,
+    *args: str,
+    sleep: str = "0.02",
+    env: dict | None = None,
+    timeout: int = 300,
+    name: str = "run",
+    **kw,
+) -> subprocess.CompletedProcess:
+    """`archsearch sweep run_dir=<tmp_path/name> ARGS` in its own process, the synthetic
+    trainable (where ARGS name it) taking `sleep` seconds per report."""
+    cmd = [EXE, "sweep", f"run_dir={tmp_path / name}", *args]
+    full = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": sleep, **(env or {})}
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=full, **kw
+    )
+
+
+def tiny_arch(mixer: str = "attention", d: int = 32, vocab: int = 256, **fields) -> ArchConfig:
+    """A two-layer model of width `d` (attention: MHA of 2 heads; linear: linear attention)."""
+    return ArchConfig.from_dict(
+        {
+            "name": f"tiny-{mixer}-{d}",
+            "vocab_size": vocab,
+            "d_model": d,
+            "n_layers": 2,
+            "max_seq_len": 64,
+            "layers": {"mixer": mixer},
+            "attention": {"kind": "mha", "n_heads": 2},
+            "linear": {"family": "linear_attention", "n_heads": 2},
+            "ffn": {"kind": "swiglu", "d_ffn": 2 * d},
+            **fields,
+        }
+    )
+
+
+@pytest.fixture
+def tiny():
+    """`tiny_arch`, for a test to build its tiny architecture with."""
+    return tiny_arch

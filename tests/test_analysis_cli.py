@@ -8,21 +8,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
 import yaml
+from conftest import EXE
 from studies import OBJECTIVES, make_study
 
 from archsearch.arch import ArchConfig
 from archsearch.cli import main
-from archsearch.cost import metric_value
+from archsearch.latency import metric_value
 from archsearch.metrics import MetricSpec
-
-EXE = str(Path(sys.executable).with_name("archsearch"))
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +63,7 @@ def trained_unique(run_dir: Path) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_pareto_front_files_and_reports(study, capsys, tmp_path):
     run_dir, info = study
     code, out, err = run(["pareto", f"study={run_dir}", "format=json"], capsys)
@@ -217,6 +216,7 @@ def test_sweep_epilogue_writes_the_plots_of_the_sweeps_device(study, capsys):
     assert res["front"] and res["dashboard"] == f"archsearch dashboard study={run_dir}"
 
 
+@pytest.mark.slow
 def test_export_round_trips_into_archsearch_train(study, capsys, tmp_path):
     run_dir, info = study
     number = info["by_status"]["trained"][0]
@@ -273,6 +273,7 @@ def tiny(**kw) -> ArchConfig:
     return ArchConfig.from_dict(base)
 
 
+@pytest.mark.slow
 def test_hf_config_matches_the_model_for_llama_mla_mistral_and_mixtral():
     import torch
     import transformers

@@ -10,16 +10,16 @@ import json
 import select
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
+from conftest import EXE
 from playwright.sync_api import sync_playwright
 from studies import OBJECTIVES, make_study
 
 from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.study import load
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)
 FLAGS = [
     "--headless",
@@ -70,6 +70,7 @@ def start_dashboard(study: Path) -> tuple[subprocess.Popen, dict]:
     return proc, json.loads(line)
 
 
+@pytest.mark.slow
 def test_dashboard_pages_render_the_fronts_in_chromium(tmp_path):
     make_study(tmp_path / "study.db")
     rpi5, jetson = expected(tmp_path, "rpi5"), expected(tmp_path, "jetson_orin_nx")

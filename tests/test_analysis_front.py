@@ -25,8 +25,8 @@ from archsearch.analysis.front import (
     value_of,
 )
 from archsearch.arch import load_arch
-from archsearch.cost import metric_value
 from archsearch.errors import UserError
+from archsearch.latency import metric_value
 from archsearch.metrics import MetricSpec, parse_label
 from archsearch.study import TrialRecord
 

@@ -99,8 +99,8 @@ def test_length_curves_are_logarithmic_only_where_they_span_decades():
 
     from archsearch.arch import load_arch
     from archsearch.cli.cost_cmd import length_figure
-    from archsearch.cost.breakdown import length_curves
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
+    from archsearch.latency.breakdown import length_curves
 
     device = load_device("rpi5")
     cfg = SimpleNamespace(prompt=512, precision="fp16", batch=1)

@@ -41,6 +41,7 @@ def archs(tmp_path) -> str:
     return ",".join(paths)
 
 
+@pytest.mark.slow
 def test_measured_state_matches_the_cost_model_and_the_figures_are_written(archs, tmp_path, capsys):
     out = tmp_path / "profile"
     code, stdout, err = run(

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from archsearch.cost.kernel_fit import glue_models, validation_models
+from archsearch.latency.calibrate.models import glue_models, held_out_models
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -58,7 +58,7 @@ def test_calibration_times_none_of_the_benchmarks_architectures():
     def size(a) -> tuple[int, int, int]:
         return a.d_model, a.n_layers, a.vocab_size
 
-    timed = {size(m.arch) for m in glue_models() + validation_models()}
+    timed = {size(m.arch) for m in glue_models() + held_out_models()}
     for _, arch, _ in bench.cases(3):
         assert size(arch) not in timed, arch.name
 
@@ -217,7 +217,7 @@ def test_the_ceiling_reads_the_profiles_as_the_accuracy_benchmark_does(tmp_path,
     ceiling.main()
     result = json.loads(out.read_text())
     archs = {a.summary(): a for _, a, _ in bench.cases(3)}
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     local = load_device("local")
     for path, got in zip(paths, result["devices"]["local"]["decode"]["per_run"]):

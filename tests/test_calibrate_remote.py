@@ -20,13 +20,10 @@ from raycluster import BIN, private_ray_cluster
 from archsearch import yamlio
 from archsearch.arch import load_arch
 from archsearch.cli import main
-from archsearch.cost.breakdown import cost_report
-from archsearch.cost.devices import (
-    device_names,
-    load_device,
-    reserved_device_names,
-    user_devices_dir,
-)
+from archsearch.cost.devices import device_names, reserved_device_names, user_devices_dir
+from archsearch.latency import load_device
+from archsearch.latency.breakdown import cost_report
+from archsearch.latency.calibrate import plan
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +47,7 @@ def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster
         "calibrate",
         "device_resource=edge",
         "name=edge_box",
-        "quick=true",
+        "budget=quick",
         "repeats=1",
         f"ray.address={cluster['address']}",
         "format=json",
@@ -127,9 +124,10 @@ import sys
 from archsearch.sweep.ray_runtime import contain_ray, ray_session
 contain_ray(False, {cluster["address"]!r})
 from archsearch.sweep.device_calibration import RemoteCalibrationError, calibrate_on_node
+from archsearch.latency.calibrate import plan
 with ray_session({cluster["address"]!r}, None, False):
     try:
-        calibrate_on_node("edge", {{"threads": 1, "quick": True, "no_such_setting": 1}})
+        calibrate_on_node("edge", plan("quick", samples="no_such_setting"))
     except RemoteCalibrationError as err:
         print(err.exit_code, err)
 """
@@ -140,7 +138,7 @@ with ray_session({cluster["address"]!r}, None, False):
     out = res.stdout.strip()
     assert out.count("\n") == 0, out
     assert out.startswith("1 device_resource: the calibration on the node with 'edge' failed: ")
-    assert "TypeError" in out and "no_such_setting" in out
+    assert "TypeError" in out
 
 
 @pytest.mark.parametrize("name", ["rpi5", "local"])
@@ -225,7 +223,7 @@ def test_a_device_that_leaves_mid_calibration_ends_it_with_a_one_line_error(monk
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0, "node:1.2.3.4": 1.0})
     monkeypatch.setattr(ray.util.queue, "Queue", FakeQueue)
     with pytest.raises(device_calibration.RemoteCalibrationError) as err:
-        device_calibration.calibrate_on_node("edge", {"threads": 1}, wait_s=5.0)
+        device_calibration.calibrate_on_node("edge", plan("quick"), wait_s=5.0)
     assert clock["now"] > 15.0  # 5 s after it left for good, not at the first 4 s gap
     assert clock["now"] <= 15.0 + 2 * device_calibration.POLL_S
     text = str(err.value)

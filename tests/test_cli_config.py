@@ -55,6 +55,7 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 # capsys is read (and so emptied) on every example
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -9,17 +9,19 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
+from conftest import EXE
 
 from archsearch.cli.progress import StepProgress, step_line
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 LINE = re.compile(
     r"^\d\d:\d\d:\d\d prune mcsd: (\d+)/(\d+) assignments built \(\d+%\); "
     r"\S+ (ms|s|min \d\d s) elapsed, (ETA \S+ (ms|s)|ETA \d+ min \d\d s|done)$"
 )
 
 
+@pytest.mark.slow
 def test_prune_with_stderr_redirected_prints_a_line_per_step_and_json_on_stdout(tmp_path):
     err = tmp_path / "stderr.log"
     with err.open("w") as stderr:
@@ -88,6 +90,7 @@ def test_with_format_json_stdout_is_the_document_even_when_another_thread_prints
     assert "(raylet) node 3f2a marked dead" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_program_exits_with_the_commands_code_leaving_the_heap_to_the_os(tmp_path):
     """`archsearch` (the console script) and `python -m archsearch.cli` run `entry`: the
     command's output is all written, its exit code is the program's, and the heap is frozen

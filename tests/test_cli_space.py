@@ -98,6 +98,7 @@ def test_space_commands_do_not_import_torch_or_ray():
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
+@pytest.mark.slow
 def test_console_script_runs_from_a_fresh_process(tmp_path):
     exe = Path(sys.executable).with_name("archsearch")
     res = subprocess.run(
@@ -281,6 +282,7 @@ def test_bad_command_lines_exit_2_with_one_line(argv, fragments, capsys, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_user_errors_have_no_traceback_in_a_real_process(tmp_path):
     path = write(tmp_path, "base: tiny_gqa\nparams:\n  n_layers: choice()\n")
     res = subprocess.run(

@@ -25,7 +25,6 @@ from archsearch.arch import (
 )
 from archsearch.cost import model as cm
 from archsearch.cost.counts import model_ops, params, recurrent_state_elements, state_elements
-from archsearch.cost.kernel_latency import working_set
 from archsearch.cost.ops import Columns, Phase
 from archsearch.models import build_model
 
@@ -154,6 +153,7 @@ def test_counts_are_exact_for_every_module(name):
     check_exact(CASES[name])
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     family=st.sampled_from(LINEAR_FAMILIES),
@@ -289,6 +289,7 @@ def test_recurrent_state_does_not_grow_and_kv_cache_does():
     assert state_elements(w, 16)[0] == state_elements(w, 4096)[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(name=st.sampled_from(sorted(CASES)), B=st.integers(1, 3), n0=st.integers(1, 12))
 def test_a_step_rewrites_its_recurrent_state_and_adds_a_row_to_its_kv_cache(name, B, n0):
@@ -314,8 +315,8 @@ def test_a_step_rewrites_its_recurrent_state_and_adds_a_row_to_its_kv_cache(name
     assert recurrent_state_elements(c, n0, B)[0] == kept
     weights = params(c)["active_params"][0]
     state = state_elements(c, n0, B)[0]
-    prefill = working_set(c, Phase("forward", T=n0, B=B))[0]
-    step = working_set(c, Phase("step", T=1, n0=n0, B=B))[0]
+    prefill = cm.working_set(c, Phase("forward", T=n0, B=B))[0]
+    step = cm.working_set(c, Phase("step", T=1, n0=n0, B=B))[0]
     if not arch.is_moe:  # a batched MoE phase also reads the experts its tokens touch
         assert prefill == pytest.approx(4 * (weights + state), rel=1e-12)
         assert step == pytest.approx(4 * (weights + state + kept), rel=1e-12)

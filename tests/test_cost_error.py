@@ -18,9 +18,10 @@ from studies import make_study
 
 from archsearch.arch import load_arch
 from archsearch.cli import main
-from archsearch.cost.devices import latency_error, load_device, parse_device
+from archsearch.cost.devices import latency_error, parse_device
 from archsearch.cost.fit import Throughput, fit_efficiency, leave_one_out, predict, validation
 from archsearch.errors import UserError
+from archsearch.latency import load_device
 from archsearch.space import load_space
 from archsearch.units import fmt_error
 
@@ -201,7 +202,7 @@ def space_file(tmp_path, limit, margin=""):
 def test_margin_error_prunes_exactly_the_candidates_whose_upper_bound_exceeds_the_limit(
     tmp_path,
 ):
-    from archsearch.cost.table import prune
+    from archsearch.latency.prune import prune
 
     error = latency_error(load_device("rpi5"), "decode_ms", "q4")
     plain = prune(load_space(str(space_file(tmp_path, 150))), "rpi5")

@@ -5,6 +5,7 @@ sweep's pricing, the front's table, plots and report) giving each prediction its
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -18,18 +19,12 @@ from studies import make_study
 
 from archsearch.arch import ArchConfig, AttentionConfig
 from archsearch.cli import main
-from archsearch.cost.devices import (
-    latency_errors,
-    load_device,
-    parse_device,
-    read_profile,
-    write_profile,
-)
-from archsearch.cost.evaluate import columns
-from archsearch.cost.kernel_latency import working_set
-from archsearch.cost.model import spec_errors
+from archsearch.cost.devices import latency_errors, parse_device
+from archsearch.cost.model import working_set
 from archsearch.cost.ops import Columns, Phase
 from archsearch.errors import UserError
+from archsearch.latency import columns, load_device, read_profile, spec_errors, write_profile
+from archsearch.latency.calibrate import fit as calibration
 from archsearch.metrics import MetricSpec
 from archsearch.units import fmt_error
 
@@ -131,18 +126,16 @@ def test_bad_bands_name_their_key(bands, key):
     seed=st.integers(0, 2**16),
 )
 def test_validation_bands_hold_enough_predictions_and_their_90th_percentiles(ws, seed):
-    from archsearch.cost.kernel_fit import MIN_BAND, _bands
-
     ws = np.array(ws)
     err = np.random.default_rng(seed).uniform(0, 1, len(ws))
     edges = [1e6, 1e7, 1e8]
-    bands = _bands(ws, err, edges)
-    if len(ws) < 2 * MIN_BAND:
+    bands = calibration.by_working_set(ws, err, edges)
+    if len(ws) < 2 * calibration.MIN_BAND:
         assert bands is None
     if bands is None:
         return
     assert set(bands["edges"]) <= set(edges) and sum(bands["n"]) == len(ws)
-    assert min(bands["n"]) >= MIN_BAND
+    assert min(bands["n"]) >= calibration.MIN_BAND
     band = np.searchsorted(bands["edges"], ws, "right")
     for k, (p90, n) in enumerate(zip(bands["p90"], bands["n"])):
         assert n == np.sum(band == k)
@@ -150,8 +143,7 @@ def test_validation_bands_hold_enough_predictions_and_their_90th_percentiles(ws,
 
 
 def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
-    from archsearch.cost.kernel_fit import BAND_EDGES, pooled_check
-
+    BAND_EDGES, pooled_check = calibration.BAND_EDGES, calibration.pooled_check
     rng = np.random.default_rng(0)
     cap = 32 * 2**20
     ws = np.concatenate([rng.uniform(1, 15, 10), rng.uniform(17, 60, 10), rng.uniform(70, 300, 10)])
@@ -160,9 +152,11 @@ def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
     near = (ws > 16) & (ws < 64)
     measured = [(1.0, 1.0)] * len(ws)
     predicted = [(1.05, 1.4 if edge else 1.05) for edge in near]
-    v = pooled_check(measured, predicted, working, 12, cap)
+    v = pooled_check(measured, predicted, working, "12 held-out and 18 left out", cap)
     assert v["ttft"]["n"] == v["decode"]["n"] == 30
-    assert "12 held-out" in v["decode"]["method"] and "18 glue models" in v["decode"]["method"]
+    assert v["decode"]["method"] == "12 held-out and 18 left out" and v["ttft"]["precisions"] == [
+        "fp32"
+    ]
     assert "by_working_set" not in v["ttft"]
     bands = v["decode"]["by_working_set"]
     assert bands["edges"] == [round(e * cap) for e in BAND_EDGES]
@@ -170,15 +164,13 @@ def test_the_check_pools_held_out_and_left_out_models_and_bands_decode_only():
     assert bands["bound"] == [0.05, 0.4, 0.05]  # ten in a band: the largest
     assert v["decode"]["p90"] == pytest.approx(0.4)  # the one figure: wide everywhere
     assert v["decode"]["bound"] == pytest.approx(0.4) and v["ttft"]["bound"] == pytest.approx(0.05)
-    assert "by_working_set" not in pooled_check(measured, predicted, working, 12, 0.0)["decode"]
+    assert "by_working_set" not in pooled_check(measured, predicted, working, "", 0.0)["decode"]
 
 
 @settings(max_examples=80, deadline=None)
 @given(err=st.lists(st.floats(0, 5), min_size=1, max_size=120))
 def test_the_bound_is_an_order_statistic_at_or_above_the_90th_percentile(err):
-    from archsearch.cost.kernel_fit import p90_bound
-
-    bound = p90_bound(np.array(err))
+    bound = calibration.p90_bound(np.array(err))
     assert bound in err
     if len(err) >= 22:  # an order statistic reaches 90% confidence
         assert bound >= np.quantile(err, 0.9) and bound <= max(err)
@@ -187,8 +179,7 @@ def test_the_bound_is_an_order_statistic_at_or_above_the_90th_percentile(err):
 
 
 def test_the_bound_holds_the_true_90th_percentile_nine_times_in_ten_where_the_estimate_does_not():
-    from archsearch.cost.kernel_fit import p90_bound
-
+    p90_bound = calibration.p90_bound
     rng = np.random.default_rng(0)
     truth = float(np.exp(1.2815515655))  # the 90th percentile of a standard log-normal
     samples = rng.lognormal(0.0, 1.0, (4000, 52))  # a calibration's 52 held-out |errors|
@@ -231,22 +222,24 @@ def test_a_bound_when_given_is_the_error_of_the_check_and_of_each_band():
 
 
 def test_a_glue_models_left_out_prediction_never_sees_its_own_timing():
-    from archsearch.cost.kernel_fit import _glue_inputs, _left_out, glue_models
+    from archsearch.latency.calibrate.models import glue_models
 
     dev = load_device("local")
-    models = glue_models()[:8]
-    predicted = [(0.01 * (i + 1), 0.001 * (i + 1)) for i in range(len(models))]
-    measured = [(t * (1.1 + 0.02 * i), s * (1.3 - 0.03 * i)) for i, (t, s) in enumerate(predicted)]
-    memory = dev.kernels.glue["step"]
-    base = _left_out(
-        dev, dev.kernels, models, _glue_inputs(dev, models, measured, predicted), memory
+    probe = dev.predictor.memory["forward"]
+    models = glue_models()[-8:]  # on one sequence, 16-39 MiB: where the cache runs out
+    terms = calibration.model_terms(
+        models,
+        dev.with_predictor(
+            dataclasses.replace(dev.predictor, memory={"forward": None, "step": None})
+        ),
     )
-    moved = list(measured)
-    moved[3] = (3 * measured[3][0], 3 * measured[3][1])
-    inputs = _glue_inputs(dev, models, moved, predicted)
-    again = _left_out(dev, dev.kernels, models, inputs, memory)
-    assert again[3] == base[3]  # its own fit left it out
-    assert any(again[j] != base[j] for j in range(len(models)) if j != 3)  # the others' saw it
+    measured = terms[0] * (1.2 + 0.05 * np.arange(len(models)))[:, None]
+    base = calibration.left_out(measured, *terms, probe)
+    moved = measured.copy()
+    moved[3] *= 3
+    again = calibration.left_out(moved, *terms, probe)
+    assert np.array_equal(again[3], base[3])  # its own fit left it out
+    assert any(not np.array_equal(again[j], base[j]) for j in range(len(models)) if j != 3)
 
 
 def test_the_shipped_local_profile_gives_decode_bands():
@@ -302,7 +295,7 @@ objectives:
 
 
 def test_margin_error_widens_each_candidates_bound_by_its_own_band(tmp_path):
-    from archsearch.cost.table import prune
+    from archsearch.latency.prune import prune
     from archsearch.space import load_space
 
     def space(limit: float, margin: str = "") -> str:

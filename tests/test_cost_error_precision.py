@@ -14,23 +14,12 @@ from hypothesis import strategies as st
 
 from archsearch.arch import load_arch
 from archsearch.cli import main
-from archsearch.cost.devices import (
-    describe_error,
-    latency_error,
-    load_device,
-    parse_device,
-    read_profile,
-)
-from archsearch.cost.evaluate import columns
-from archsearch.cost.kernel_timing import DTYPES
-from archsearch.cost.model import (
-    latency_errors,
-    op_seconds,
-    phase_seconds,
-    prefill_phase,
-    step_phase,
-)
+from archsearch.cost.devices import describe_error, latency_error, parse_device
+from archsearch.cost.model import op_seconds, prefill_phase, step_phase
 from archsearch.errors import UserError
+from archsearch.latency import columns, latency_errors, load_device, phase_seconds, read_profile
+from archsearch.latency.calibrate.timing import DTYPES
+from archsearch.latency.profile import parse_profile
 from archsearch.metrics import PRECISIONS
 
 BASE = {
@@ -88,7 +77,7 @@ def test_unstated_precisions_cover_what_the_validated_predictor_prices():
     assert all(roofline.check("decode", p) is not None for p in PRECISIONS)
     raw = read_profile(load_device("local").path)
     raw["validation"] = {"decode": entry(0.2), "ttft": entry(0.1)}
-    kernel = parse_device(raw, source="local.yaml", default_name="local")
+    kernel = parse_profile(raw, source="local.yaml", default_name="local")
     assert kernel.check("decode", "fp32").error == 0.2
     assert [p for p in PRECISIONS if kernel.check("decode", p) is not None] == ["fp32"]
 

@@ -22,10 +22,11 @@ from archsearch.arch import (
     load_arch,
 )
 from archsearch.cli import main
-from archsearch.cost import columns, metric_value, metric_values, model
+from archsearch.cost import model
 from archsearch.cost.counts import LAUNCHES
-from archsearch.cost.devices import all_devices, load_device
 from archsearch.cost.ops import Columns, Phase
+from archsearch.latency import columns, decode_s, e2e_s, metric_value, metric_values, ttft_s
+from archsearch.latency.profile import all_devices, load_device
 from archsearch.metrics import MetricSpec
 from archsearch.models.registry import build_sequence_mixer
 
@@ -79,8 +80,8 @@ def test_edge_profiles_reproduce_seed_plm_table_12(device):
     dev = load_device(device)
     c = columns(load_arch("plm_1_8b"))
     for precision, (prefill_tps, generate_tps) in SEED_PLM_TABLE_12[device].items():
-        ttft = model.ttft_s(c, dev, 512, precision)[0]
-        decode = model.decode_s(c, dev, 512 + 63.5, precision)[0]
+        ttft = ttft_s(c, dev, 512, precision)[0]
+        decode = decode_s(c, dev, 512 + 63.5, precision)[0]
         assert 512 / ttft == pytest.approx(prefill_tps, rel=0.35), precision
         assert 1 / decode == pytest.approx(generate_tps, rel=0.35), precision
 
@@ -108,26 +109,26 @@ def test_decode_time_is_flat_for_recurrent_mixers_and_grows_for_attention():
     dev = load_device("rpi5")
     for arch in (GLA, MCSD):
         c = columns(arch)
-        short, long = (model.decode_s(c, dev, n, "q8")[0] for n in (256, 32768))
+        short, long = (decode_s(c, dev, n, "q8")[0] for n in (256, 32768))
         assert short == long
     c = columns(ATTN)
-    times = [model.decode_s(c, dev, n, "q8")[0] for n in (256, 4096, 32768)]
+    times = [decode_s(c, dev, n, "q8")[0] for n in (256, 4096, 32768)]
     assert times[0] < times[1] < times[2]
 
 
 def test_end_to_end_is_prefill_plus_generation():
     dev = load_device("jetson_orin_nx")
     c = columns(GLA)
-    e2e = model.e2e_s(c, dev, 512, 128, "fp16")[0]
+    e2e = e2e_s(c, dev, 512, 128, "fp16")[0]
     assert e2e == pytest.approx(
-        model.ttft_s(c, dev, 512, "fp16")[0] + 128 * model.decode_s(c, dev, 600, "fp16")[0]
+        ttft_s(c, dev, 512, "fp16")[0] + 128 * decode_s(c, dev, 600, "fp16")[0]
     )
 
 
 def test_quantised_weights_decode_faster_when_bandwidth_bound():
     c = columns(load_arch("llama_gqa_1b"))
     dev = load_device("nvidia_a10")
-    fp16, q8, q4 = (model.decode_s(c, dev, 512, p)[0] for p in ("fp16", "q8", "q4"))
+    fp16, q8, q4 = (decode_s(c, dev, 512, p)[0] for p in ("fp16", "q8", "q4"))
     assert fp16 > q8 > q4
     # weight bytes follow the Q8_0 / Q4_0 block layouts (8.5 and 4.5 bits per weight)
     wb = {p: model.weight_bytes(c, p)[0] for p in ("fp16", "q8", "q4")}
@@ -309,6 +310,7 @@ def test_cost_commands_reject_bad_input(argv, fragment, capsys, tmp_path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_prune_counts_every_constraint(capsys):
     assert main(["prune", "search_space=plm_edge", "device=rpi5", "format=json"]) == 0
     data = json.loads(capsys.readouterr().out)

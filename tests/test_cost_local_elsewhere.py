@@ -11,7 +11,8 @@ import pytest
 
 from archsearch.cli import main
 from archsearch.cost import devices
-from archsearch.cost.devices import describe_error, load_device, measured_elsewhere
+from archsearch.cost.devices import describe_error, measured_elsewhere
+from archsearch.latency import load_device
 
 THERE = {"hostname": "vm", "cpu": "AMD EPYC", "cpus": "2", "torch": "2.13.0+cpu"}
 

@@ -8,11 +8,11 @@ import inspect
 import pytest
 
 from archsearch.arch import load_arch
-from archsearch.cost import EVALUATORS, columns, evaluator, metric_value
-from archsearch.cost.breakdown import cost_report
+from archsearch.cost import EVALUATORS, evaluator
 from archsearch.cost.counts import model_ops
-from archsearch.cost.devices import load_device
 from archsearch.cost.ops import CATEGORIES, Phase
+from archsearch.latency import columns, load_device, metric_value
+from archsearch.latency.breakdown import cost_report
 from archsearch.metrics import METRICS, MetricSpec
 
 

@@ -44,7 +44,7 @@ CHEAP = {
     "sweep": "trials=2 budget=tokens:16K train.eval_batches=2",
     "confirm": "factor=2 n=1",
     "train": "budget=tokens:16K",
-    "calibrate": "quick=true repeats=1",
+    "calibrate": "budget=quick repeats=1",
     "profile": "lengths=[16,32] batches=[1] repeats=1",
 }
 # the cluster tutorial on one machine: CPU trials of a few steps on a 2-node private cluster
@@ -73,6 +73,7 @@ def commands(text: str) -> list[str]:
 # ---- the site -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly_with_its_generated_reference(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     res = subprocess.run(
@@ -198,6 +199,7 @@ def _quoted_outputs() -> list[tuple[str, str]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("line", "shown"), _quoted_outputs())
 def test_the_readme_tour_quotes_what_the_commands_print(line, shown, capsys):
     """Every line the README shows under `space show` and `prune` is in what they print now:

@@ -11,13 +11,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from conftest import EXE, SYNTHETIC
+from conftest import sweep as _sweep
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,17 +26,6 @@ from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.errors import CtrlC
 from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage, records
 from archsearch.units import fmt_duration, human
-
-EXE = str(Path(sys.executable).with_name("archsearch"))
-SYNTHETIC = "trainable=archsearch.sweep.testing:synthetic"
-
-
-def _sweep(tmp_path: Path, *args: str, sleep: str = "0.02", **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": sleep}
-    cmd = [EXE, "sweep", f"run_dir={tmp_path / 'run'}", *args]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env, **kw
-    )
 
 
 @pytest.mark.slow
@@ -148,6 +138,7 @@ def test_ctrl_c_that_a_library_turned_into_another_error_still_reads_as_ctrl_c(p
     assert not quiet.interrupted(AttributeError()) and quiet.interrupted(KeyboardInterrupt())
 
 
+@pytest.mark.slow
 def test_the_cli_exits_130_on_a_converted_ctrl_c_and_lets_real_errors_through(
     monkeypatch, capsys, python_sigint
 ):
@@ -177,6 +168,7 @@ class _CollectedDuringCtrlC:
         time.sleep(5)  # the handler runs here, inside the finaliser
 
 
+@pytest.mark.slow
 def test_the_cli_exits_130_on_a_ctrl_c_a_garbage_collection_swallowed(
     monkeypatch, capsys, python_sigint
 ):
@@ -243,6 +235,7 @@ def _hv(path: Path):
     return analyse(data, "rpi5", axes, is_default=is_default)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     front=st.lists(st.tuples(st.floats(1.0, 5.0), st.floats(1.0, 5.0)), min_size=1, max_size=6),
@@ -312,6 +305,7 @@ def test_numbers_carry_humane_units(value, unit, text):
 # ---- export reproduces the trial ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_on_an_export_reproduces_the_trial_loss(tmp_path):
     from archsearch.arch import load_arch
     from archsearch.trainers.config import TrainConfig

@@ -53,6 +53,7 @@ def cfg(tmp_path_factory) -> TrainConfig:
     return tiny_trial(str(tmp_path_factory.mktemp("corpus-cache")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_every_family_trains_on_the_gpu_in_bf16_as_on_the_cpu(name, cfg, tmp_path):
     cpu = run_trial(family(name), cfg.replace(device="cpu"), run_dir=tmp_path / "cpu")
@@ -64,6 +65,7 @@ def test_every_family_trains_on_the_gpu_in_bf16_as_on_the_cpu(name, cfg, tmp_pat
     assert abs(gpu.metrics["val_loss"] - cpu.metrics["val_loss"]) < TRAINED
 
 
+@pytest.mark.slow
 def test_fp16_trains_on_the_gpu_with_a_loss_scaler(cfg, tmp_path):
     bf16 = run_trial(family("gqa"), cfg.replace(precision="bf16"), run_dir=tmp_path / "bf16")
     fp16 = run_trial(family("gqa"), cfg.replace(precision="fp16"), run_dir=tmp_path / "fp16")
@@ -71,6 +73,7 @@ def test_fp16_trains_on_the_gpu_with_a_loss_scaler(cfg, tmp_path):
     assert abs(fp16.metrics["val_loss"] - bf16.metrics["val_loss"]) < TRAINED
 
 
+@pytest.mark.slow
 def test_a_compiled_trial_on_the_gpu_learns_as_the_eager_one(cfg, tmp_path):
     eager = run_trial(family("gla"), cfg, run_dir=tmp_path / "eager")
     compiled = run_trial(family("gla"), cfg.replace(compile=True), run_dir=tmp_path / "compiled")

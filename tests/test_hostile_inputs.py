@@ -323,7 +323,7 @@ OUTPUT_DIRS = [
     cli(
         "calibrate-under-file",
         "calibrate",
-        "quick=true",
+        "budget=quick",
         "output={f}/x.yaml",
         text="x",
         must=("output",),
@@ -677,6 +677,7 @@ def test_an_interpolation_on_the_command_line_is_refused_not_resolved(
     assert "leaked" not in err
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60,
     deadline=None,
@@ -795,6 +796,7 @@ def test_a_crafted_checkpoint_cannot_run_code_on_resume(fmt, tmp_path, capsys, m
     assert marker.read_text() == "ran"
 
 
+@pytest.mark.slow
 def test_a_real_checkpoint_still_resumes(tmp_path):
     """weights_only=True reads back everything a trial checkpoints (model, optimizer, RNG and
     data-stream states)."""

@@ -1,7 +1,7 @@
 """The import layering of docs/ARCHITECTURE.md, checked with `ast` over the source tree:
 
     errors -> yamlio, resources, units, plugins -> arch, metrics -> space, models -> runtimes
-    -> cost -> study -> trainers -> sweep -> analysis -> cli
+    -> cost -> latency -> study -> trainers -> sweep -> analysis -> cli
 
 A module may import its own package and the layers below its own, never a sibling of its own
 layer or anything above (lazy imports inside functions included); no package's modules import
@@ -29,6 +29,7 @@ LAYERS = [
     {"space", "models"},
     {"runtimes"},
     {"cost"},
+    {"latency"},
     {"study"},
     {"trainers"},
     {"sweep"},

@@ -90,6 +90,7 @@ def max_diff(a, b) -> float:
     return (a - b).abs().max().item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 @torch.no_grad()
 def test_decoding_equals_parallel_forward(name):
@@ -181,6 +182,7 @@ def test_mla_absorbed_decoding_equals_plain_form():
     assert state["c"].shape == (2, 20, 12) and state["k_rope"].shape == (2, 20, 4)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     heads=st.sampled_from([1, 2, 4]),
@@ -241,6 +243,7 @@ def test_gradients_finite_and_one_step_lowers_the_loss(name):
     assert after.item() < loss.item()
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_generate_greedy_and_sampled():
     model = model_for("hybrid_all")
@@ -316,6 +319,7 @@ def small_archs(draw) -> ArchConfig:
     return ArchConfig.from_dict(data)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(a=small_archs(), T=st.integers(1, 70), split=st.integers(0, 70), seed=st.integers(0, 99))
 @torch.no_grad()

@@ -222,6 +222,7 @@ def largest_saved_tensor(fn, *args) -> int:
     return max(sizes)
 
 
+@pytest.mark.slow
 def test_training_forms_keep_linear_memory():
     """The largest tensor autograd keeps grows 4x from T = 512 to 2048 (linear), never 16x."""
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import EXE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ from archsearch.cost import model as cm
 from archsearch.cost.counts import block_modules, params, state_elements
 from archsearch.cost.ops import Columns, Phase
 from archsearch.cost.traced import TracedCostError
+from archsearch.latency import decode_s, ttft_s
 from archsearch.models import build_model, sequence_mixer_class, sequence_mixer_name
 from archsearch.models.conformance import ContractViolation, assert_conforms, check_mixer
 from archsearch.models.contract import SequenceMixer, satisfies
@@ -44,7 +46,6 @@ from archsearch.models.tracing import state_elements as traced_state
 from archsearch.models.tracing import trace
 
 ROOT = Path(__file__).resolve().parents[1]
-EXE = str(Path(sys.executable).with_name("archsearch"))
 PIP_INSTALL = (sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation")
 PUBLISHED = json.loads((ROOT / "benchmarks/results/traced_vs_analytic.json").read_text())
 
@@ -137,6 +138,7 @@ def hyena_arch(d: int = 32, layers: int = 2, share: float = 0.5, ffn: str = "hye
 # ---- plugins by name ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_discovery_reads_metadata_only_and_never_imports_torch(plugin_sites, tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
     code = (
@@ -215,14 +217,15 @@ def test_a_registered_object_that_is_not_a_mixer_is_one_line(installed, tmp_path
 
 
 def test_a_plugin_device_prices_like_a_shipped_one(installed):
-    from archsearch.cost.devices import device_names, load_device
+    from archsearch.cost.devices import device_names
+    from archsearch.latency import load_device
 
     assert "hyena.pi5_slow" in device_names()
     slow, rpi5 = load_device("hyena.pi5_slow"), load_device("rpi5")
     assert slow.memory_bandwidth == pytest.approx(rpi5.memory_bandwidth / 2, rel=1e-3)
     c = Columns.from_archs([hyena_arch(d=64)])
     # decoding one token is memory-bound: the slower memory makes it slower
-    assert cm.decode_s(c, slow, 512, "fp16")[0] > cm.decode_s(c, rpi5, 512, "fp16")[0]
+    assert decode_s(c, slow, 512, "fp16")[0] > decode_s(c, rpi5, 512, "fp16")[0]
 
 
 # ---- the contract ---------------------------------------------------------------------------
@@ -247,6 +250,7 @@ def builtin_class(arch: ArchConfig):
     return sequence_mixer_class(sequence_mixer_name(r, r.pattern[0]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUILTINS))
 def test_every_builtin_satisfies_the_contract_and_passes_the_kit(name):
     arch = BUILTINS[name].resolved()
@@ -355,6 +359,7 @@ def counted(fn) -> float:
     return float(sum(fc.get_flop_counts()["Global"].values()))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # the fixture only puts the installed plugins on sys.path: the same for every example
@@ -404,14 +409,14 @@ def test_tracing_is_cached_per_shape_across_a_table(installed):
     archs = [hyena_arch(d, n, s) for d in (16, 32) for n in (2, 4) for s in (0.0, 0.5)]
     c = Columns.from_archs(archs * 50)
     before = traced.traces_run()
-    metric = cm.decode_s(c, load_device_named("rpi5"), 777, "q8")
+    metric = decode_s(c, load_device_named("rpi5"), 777, "q8")
     misses = traced.traces_run() - before
     assert misses <= 8  # 2 widths x batch 1, 2 x mixer, FFN: 400 rows priced from 8 traces
     assert np.all(metric > 0) and metric[:8].tolist() == metric[8:16].tolist()
 
 
 def load_device_named(name: str):
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     return load_device(name)
 
@@ -427,7 +432,7 @@ def test_a_plugin_whose_tracing_fails_is_one_line(installed, tmp_path, capsys):
     res = cli(capsys, "cost", f"arch={tmp_path / 's.yaml'}", "prompt=512")
     one_line_error(res, "badmix.short_filter", "tracing its cost failed", "T=512")
     with pytest.raises(TracedCostError):
-        cm.ttft_s(
+        ttft_s(
             Columns.from_archs([ArchConfig.from_dict(data)]), load_device_named("rpi5"), 512, "fp16"
         )
 

@@ -9,10 +9,10 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import EXE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +22,6 @@ from archsearch.study import Status, load
 from archsearch.sweep.retrain import confirm_jobs, pareto_layers, scaled_budget
 from archsearch.trainers.config import parse_budget
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 SYNTHETIC = "trainable=archsearch.sweep.testing:synthetic"
 
 

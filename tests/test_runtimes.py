@@ -81,6 +81,7 @@ def exported(request):
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(data=st.data(), steps=st.integers(1, MAX_CONTEXT - PROMPT), seed=st.integers(0, 99))
 def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, data, steps, seed):
     model, run = exported
@@ -92,6 +93,7 @@ def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, data, st
     assert diff <= LOGIT_TOLERANCE * scale, (diff, scale)
 
 
+@pytest.mark.slow
 def test_the_state_lives_in_the_runtime_and_grows_with_the_context(exported):
     model, run = exported
     idx = torch.randint(0, 64, (2, PROMPT), generator=torch.Generator().manual_seed(1))
@@ -129,6 +131,7 @@ def test_the_state_lives_in_the_runtime_and_grows_with_the_context(exported):
     ],
     ids=["onnxruntime-moe", "executorch-moe", "executorch-deltanet"],
 )
+@pytest.mark.slow
 def test_a_candidate_that_does_not_export_gets_a_one_line_reason(runtime, spec, start):
     model = model_of(spec)
     with pytest.raises(ExportError) as err:
@@ -147,6 +150,7 @@ class Step(torch.nn.Module):
         return self.mixer.step(x, state, pos)
 
 
+@pytest.mark.slow
 def test_prepare_runs_a_kernel_in_each_runtime():
     torch.manual_seed(0)
     layer, x = torch.nn.Linear(16, 8), torch.randn(4, 16)
@@ -171,6 +175,7 @@ def test_prepare_runs_a_kernel_in_each_runtime():
         prepare("tflite", layer, (x,))
 
 
+@pytest.mark.slow
 def test_executorch_keeps_the_thread_pool_its_programs_were_loaded_on():
     layer, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
     run = prepare("executorch", layer, (x,), threads=1)
@@ -203,6 +208,7 @@ except ValueError as e:
 """
 
 
+@pytest.mark.slow
 def test_the_thread_pool_is_fixed_by_the_first_program_loaded_not_by_a_failed_lowering():
     import subprocess
 
@@ -226,6 +232,7 @@ def test_without_executorch_installed_the_reason_says_how_to_install_it(monkeypa
     assert str(err.value) == EXECUTORCH_MISSING
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("runtime", "batches"), [("onnxruntime", [1, 2]), ("executorch", [2])])
 def test_profile_in_a_deploy_runtime_end_to_end(runtime, batches, tmp_path, capsys):
     paths = []
@@ -279,3 +286,28 @@ def test_the_command_line_and_the_sweep_offer_every_runtime():
 
     assert tuple(r.value for r in Runtime) == RUNTIMES
     assert type(LatencySection().runtime) is Runtime
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["calibrate", "runtime=onnxruntime"],
+        ["sweep", "latency.mode=measured", "latency.runtime=onnxruntime", "trials=1"],
+        ["sweep", "latency.mode=measured", "latency.runtime=executorch", "trials=1"],
+    ],
+)
+def test_a_runtime_whose_packages_are_missing_names_the_extra(argv, tmp_path, capsys, monkeypatch):
+    """The deploy runtimes are an extra (`archsearch[runtimes]`): without their packages,
+    asking for one is one line that names the extra, exit 2, nothing written."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    missing = {"onnx", "onnxscript", "onnxruntime", "executorch"}
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n in missing else real(n, *a)
+    )
+    key = "output" if argv[0] == "calibrate" else "run_dir"
+    assert main([*argv, f"{key}={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'archsearch[runtimes]'" in err, err
+    assert "runtime" in err and not any(tmp_path.iterdir())

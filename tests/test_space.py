@@ -416,6 +416,7 @@ def test_the_tutorials_worked_example_is_what_the_tutorial_says(tmp_path):
     assert reasons == {"kv_heads_not_dividing_heads"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny", "plm_edge", "hybrid_linear_moe", "mcsd", "edge_125m"])
 def test_shipped_spaces_train_blocks_are_valid_trial_settings(name):
     from archsearch.trainers import TrainConfig

@@ -99,6 +99,7 @@ def test_interrupted_trials_are_failed_and_returned_for_a_rerun(tmp_path):
     assert writer.mark_interrupted(lambda t: t.number != alive.number) == []
 
 
+@pytest.mark.slow
 def test_reopening_checks_it_is_the_same_sweep(tmp_path):
     new_writer(tmp_path)
     storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
@@ -110,6 +111,7 @@ def test_reopening_checks_it_is_the_same_sweep(tmp_path):
         StudyWriter.create_or_open(storage, "s", other)
 
 
+@pytest.mark.slow
 def test_a_study_of_the_previous_layout_opens_in_pareto(tmp_path, capsys):
     study = tmp_path / "old" / "study.db"
     study.parent.mkdir()

@@ -52,6 +52,7 @@ def public(writer: StudyWriter) -> list:
     return records(writer.study)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None)
 @given(trial_specs, trial_specs, st.integers(1, 7))
 def test_pages_equal_the_public_api_on_sqlite(tmp_path_factory, specs, other, page):
@@ -65,6 +66,7 @@ def test_pages_equal_the_public_api_on_sqlite(tmp_path_factory, specs, other, pa
         assert "curve" not in r.attrs
 
 
+@pytest.mark.slow
 def test_pages_equal_the_public_api_on_postgresql():
     specs = [
         (Status.TRAINED, [1.0, float("inf")], {}, True),

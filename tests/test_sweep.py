@@ -8,31 +8,24 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import conftest
 import optuna
 import pytest
+from conftest import EXE
 from studies import records_so_far
 
 from archsearch.study import open_storage, records
 from archsearch.sweep.testing import fault_of
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 pytestmark = pytest.mark.slow
 
 
-def sweep(
-    tmp_path: Path, *args: str, env: dict | None = None, timeout: int = 300, name: str = "run"
-) -> subprocess.CompletedProcess:
-    run_dir = tmp_path / name
-    cmd = [EXE, "sweep", f"run_dir={run_dir}", "format=json", *args]
-    full_env = {**os.environ, "ARCHSEARCH_SYNTHETIC_SLEEP": "0.02", **(env or {})}
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=full_env
-    )
+def sweep(tmp_path: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return conftest.sweep(tmp_path, "format=json", *args, **kw)
 
 
 def study_of(run_dir: Path, name: str = "tiny"):

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import EXE
 from pgserver import private_postgres
 from studies import records_so_far
 
@@ -26,7 +26,6 @@ from archsearch.analysis.dashboard import make_app, serve
 from archsearch.study import open_storage, records
 from archsearch.sweep.pricing import assess
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 pytestmark = pytest.mark.slow
 
 POISONED = """name: poisoned

@@ -31,6 +31,7 @@ TINY = {
 SETTINGS = {"prompt": 8, "context": 16, "generate": 4}
 
 
+@pytest.mark.slow
 def test_a_model_is_timed_in_executorch_or_says_why_not():
     got = measure_latency(TINY, SETTINGS, repeats=2, runtime="executorch")
     assert got["runtime"] == "executorch" and got["node"] == "local"
@@ -70,6 +71,7 @@ def _final(loss: float) -> dict:
     return {"final": True, "result_json": json.dumps(result)}
 
 
+@pytest.mark.slow
 def test_a_trial_stays_live_while_its_latency_is_measured_and_fails_without_one(
     tmp_path, monkeypatch
 ):
@@ -96,6 +98,7 @@ def test_a_trial_stays_live_while_its_latency_is_measured_and_fails_without_one(
     assert rec.attrs["metrics"] == {"val_loss": 2.5}  # what training measured is kept
 
 
+@pytest.mark.slow
 def test_a_measured_latency_is_the_trials_objective(tmp_path, monkeypatch):
     import ray
 
@@ -132,6 +135,7 @@ def test_a_trial_ended_before_its_measurement_is_recorded_once_it_is_in(tmp_path
     assert rec.status == Status.TRAINED.value and rec.values == [2.5, 0.25]
 
 
+@pytest.mark.slow
 def test_a_sweep_measures_on_one_cpu_that_its_trial_holds(tmp_path):
     """A local Ray of one CPU: every trial holds it while its latency waits to be measured
     (a measurement that needed a CPU of Ray's waited for ever on its own trial)."""

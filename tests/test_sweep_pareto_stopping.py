@@ -9,11 +9,11 @@ import math
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
+from conftest import EXE
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -143,7 +143,6 @@ def test_reason_names_the_prediction_and_the_dominating_trial():
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "benchmarks" / "spaces" / "search_small.yaml"
 TRUTH = REPO / "benchmarks" / "results" / "search_truth.json"
-EXE = str(Path(sys.executable).with_name("archsearch"))
 RUNG_REASON = re.compile(
     r"stopped by Pareto-aware early stopping at (\d+)% of the budget: val_loss (\S+) "
     r"nats/token there, more than 4% above trial (\d+)'s at the same point \((\S+)\)"
@@ -167,7 +166,7 @@ def true_front(space_file: Path, truth: dict) -> set[str]:
 
 def feasible_points(space_file: Path, truth: dict) -> dict[str, tuple[float, float]]:
     """Arch hash -> (recorded loss, predicted decode latency) of every feasible candidate."""
-    from archsearch.cost import metric_value
+    from archsearch.latency import metric_value
     from archsearch.space import assignments, build, parse_space_file
 
     space = parse_space_file(space_file)

@@ -22,6 +22,7 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from conftest import EXE
 
 from archsearch.study import open_storage, records
 from archsearch.sweep.drivers import Driver
@@ -33,7 +34,6 @@ from archsearch.sweep.ray_runtime import (
     session_processes,
 )
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 SPACE = """name: private
 base: tiny_gqa
 params:
@@ -258,6 +258,7 @@ def test_the_reaper_ends_only_what_a_dead_driver_recorded(tmp_path, temp, monkey
 @pytest.mark.parametrize(
     ("address", "auth"), [(None, "disabled"), ("127.0.0.1:6379", None), ("ray://h:10001", None)]
 )
+@pytest.mark.slow
 def test_authentication_is_off_only_for_the_private_local_ray(address, auth):
     code = (
         "import os; from archsearch.sweep.ray_runtime import contain_ray; "

@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,12 +16,12 @@ import optuna
 import psutil
 import pytest
 import torch
+from conftest import EXE
 
 from archsearch.arch import ArchConfig
 from archsearch.study import open_storage, records
 from archsearch.trainers.trial import TrainConfig, run_trial
 
-EXE = str(Path(sys.executable).with_name("archsearch"))
 pytestmark = pytest.mark.slow
 REL = 1e-5  # fp32 summation order only: see tests/test_trainers_device.py
 

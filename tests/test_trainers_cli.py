@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from archsearch.cli import main
@@ -39,6 +40,7 @@ def test_help_lists_the_budget_syntax(tmp_path):
     assert "tokens:N | flops:N | time:N[s|m|h] | steps:N" in res.stdout
 
 
+@pytest.mark.slow
 def test_a_tiny_run_writes_the_curve_into_the_run_directory(tmp_path):
     (tmp_path / "arch.yaml").write_text(ARCH)
     (tmp_path / "corpus.txt").write_text("to be or not to be, that is the question\n" * 200)

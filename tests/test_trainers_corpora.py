@@ -179,6 +179,7 @@ def test_a_node_builds_a_corpus_once_while_concurrent_trials_wait(tmp_path):
     assert log.read_text().count("built") == 1
 
 
+@pytest.mark.slow
 def test_a_trial_trains_on_shards(tmp_path):
     folder = write_shards(tmp_path / "shards", [3000, 3000], [1500], dtype="uint16")
     meta = json.loads((folder / "meta.json").read_text())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_arch as tiny
 from test_trainers_trial import tiny_trial
 
 from archsearch.arch import LINEAR_FAMILIES, ArchConfig
@@ -26,20 +27,6 @@ from archsearch.trainers.trial import TrainConfig, run_trial
 REL = 1e-5
 
 
-def tiny() -> ArchConfig:
-    return ArchConfig.from_dict(
-        {
-            "name": "tiny-attention-32",
-            "vocab_size": 256,
-            "d_model": 32,
-            "n_layers": 2,
-            "max_seq_len": 64,
-            "attention": {"kind": "mha", "n_heads": 2},
-            "ffn": {"kind": "swiglu", "d_ffn": 64},
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("corpus-cache"))
@@ -50,6 +37,7 @@ def cfg(cache) -> TrainConfig:
     return tiny_trial(cache, keep_checkpoint=True)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CPU only where no GPU is")
 def test_cpu_and_auto_train_the_same_on_the_cpu(cfg, tmp_path):
     cpu = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path / "cpu")
@@ -64,6 +52,7 @@ def test_cpu_and_auto_train_the_same_on_the_cpu(cfg, tmp_path):
     assert ray.curve == cpu.curve
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_auto_trains_on_the_gpu_where_there_is_one_and_learns_as_the_cpu_does(cfg, tmp_path):
     cpu = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path / "cpu")
@@ -73,6 +62,7 @@ def test_auto_trains_on_the_gpu_where_there_is_one_and_learns_as_the_cpu_does(cf
     assert abs(auto.metrics["val_loss"] - cpu.metrics["val_loss"]) < 0.05
 
 
+@pytest.mark.slow
 def test_bf16_autocasts_the_matmuls_on_the_cpu(cfg, tmp_path, monkeypatch):
     seen: set[torch.dtype] = set()
     build = T._build
@@ -127,6 +117,7 @@ def family(name: str) -> ArchConfig:
     return ArchConfig.from_dict(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_every_family_trains_under_bf16_autocast_on_the_cpu(name, cfg, tmp_path):
     """DeltaNet's triangular solve and MoE's scatter of expert outputs once failed in bf16."""
@@ -180,6 +171,7 @@ def test_the_train_command_refuses_in_one_line(tmp_path, setting, fragment):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_micro_batches_accumulate_to_the_global_batch(cfg, tmp_path):
     whole = run_trial(tiny(), cfg, run_dir=tmp_path / "whole")
     micro = run_trial(tiny(), cfg.replace(micro_batch_size=1), run_dir=tmp_path / "micro")
@@ -206,6 +198,7 @@ def _tensors(state):
             yield from _tensors(v)
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_cpu_tensors_and_resume_under_other_execution_settings(cfg, tmp_path):
     reference = run_trial(tiny(), cfg.replace(device="cpu"), run_dir=tmp_path / "ref")
 
@@ -232,6 +225,7 @@ def test_checkpoints_hold_cpu_tensors_and_resume_under_other_execution_settings(
         )
 
 
+@pytest.mark.slow
 def test_an_allocation_the_device_refuses_fails_the_trial_with_the_figure(
     cfg, tmp_path, monkeypatch
 ):

@@ -13,32 +13,16 @@ import textwrap
 
 import pytest
 import torch
+from conftest import tiny_arch as tiny
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from archsearch.arch import ArchConfig
 from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
 from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers import probes
 from archsearch.trainers import trial as T
 from archsearch.trainers.trial import TrainConfig, run_trial, train_tokens
-
-
-def tiny(mixer: str = "attention", d: int = 32, vocab: int = 256) -> ArchConfig:
-    return ArchConfig.from_dict(
-        {
-            "name": f"tiny-{mixer}-{d}",
-            "vocab_size": vocab,
-            "d_model": d,
-            "n_layers": 2,
-            "max_seq_len": 64,
-            "layers": {"mixer": mixer},
-            "attention": {"kind": "mha", "n_heads": 2},
-            "linear": {"family": "linear_attention", "n_heads": 2},
-            "ffn": {"kind": "swiglu", "d_ffn": 2 * d},
-        }
-    )
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +50,7 @@ def cfg(cache) -> TrainConfig:
     return tiny_trial(cache)
 
 
+@pytest.mark.slow
 def test_same_seed_same_losses_other_seed_other_losses(cfg, tmp_path):
     a = run_trial(tiny(), cfg, run_dir=tmp_path / "a")
     b = run_trial(tiny(), cfg, run_dir=tmp_path / "b")
@@ -76,6 +61,7 @@ def test_same_seed_same_losses_other_seed_other_losses(cfg, tmp_path):
     assert c.curve != a.curve
 
 
+@pytest.mark.slow
 def test_loss_decreases_on_the_embedded_corpus(cfg, tmp_path):
     r = run_trial(tiny(), cfg.replace(budget="steps:60", eval_at=(0.1, 1.0)), run_dir=tmp_path)
     first, last = r.evals
@@ -90,6 +76,7 @@ def test_loss_decreases_on_the_embedded_corpus(cfg, tmp_path):
     assert saved["metrics"] == r.metrics and not (tmp_path / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
 def test_loss_decreases_on_every_probe_task(cfg, tmp_path):
     probe_cfg = cfg.replace(
         objective="probe",
@@ -119,6 +106,7 @@ def test_loss_decreases_on_every_probe_task(cfg, tmp_path):
     assert tied.n_params == sum(p.numel() for p in T._build(tiny(), 0).parameters())
 
 
+@pytest.mark.slow
 def test_flops_budgets_give_each_architecture_the_same_compute(cfg, tmp_path):
     small, big = tiny(d=32), tiny(d=64)
     budget = 2e9
@@ -151,6 +139,7 @@ class Preempted(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_resume_continues_from_the_checkpoint(cfg, tmp_path):
     cfg = cfg.replace(eval_at=(0.25, 0.5, 0.75, 1.0))
     reference = run_trial(tiny(), cfg, run_dir=tmp_path / "ref")
@@ -173,6 +162,7 @@ def test_resume_continues_from_the_checkpoint(cfg, tmp_path):
     assert resumed.steps == reference.steps == 24
 
 
+@pytest.mark.slow
 def test_resume_after_the_process_is_killed(cfg, tmp_path):
     reference = run_trial(tiny(), cfg, run_dir=tmp_path / "ref")
     script = textwrap.dedent(
@@ -197,6 +187,7 @@ def test_resume_after_the_process_is_killed(cfg, tmp_path):
     assert [e["val_loss"] for e in resumed.evals] == [e["val_loss"] for e in reference.evals]
 
 
+@pytest.mark.slow
 def test_report_true_stops_early_and_the_result_is_kept(cfg, tmp_path):
     r = run_trial(tiny(), cfg, run_dir=tmp_path, report=lambda m: m["fraction"] >= 0.5)
     assert r.status == "completed" and r.stopped_early and r.fraction == 0.5
@@ -209,6 +200,7 @@ def test_report_true_stops_early_and_the_result_is_kept(cfg, tmp_path):
     assert fresh.steps == 24 and not fresh.stopped_early
 
 
+@pytest.mark.slow
 def test_a_huge_learning_rate_fails_with_a_reason(cfg, tmp_path):
     r = run_trial(tiny(), cfg.replace(lr=1e6, grad_clip=0.0, warmup=0.0), run_dir=tmp_path)
     assert r.status == "failed"
@@ -216,6 +208,7 @@ def test_a_huge_learning_rate_fails_with_a_reason(cfg, tmp_path):
     assert json.loads((tmp_path / "result.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_an_injected_nan_fails_the_trial(cfg, tmp_path, monkeypatch):
     build = T._build
 
@@ -240,6 +233,7 @@ def test_an_injected_nan_fails_the_trial(cfg, tmp_path, monkeypatch):
     assert r.steps == 6
 
 
+@pytest.mark.slow
 def test_time_budget_follows_the_clock(cfg, tmp_path):
     r = run_trial(tiny(), cfg.replace(budget="time:1.5s"), run_dir=tmp_path)
     assert r.status == "completed" and r.planned_steps is None
@@ -247,6 +241,7 @@ def test_time_budget_follows_the_clock(cfg, tmp_path):
     assert [e["fraction"] for e in r.evals] == [0.5, 1.0]
 
 
+@pytest.mark.slow
 def test_schedule_and_precision_are_applied(cfg, tmp_path):
     infos = []
     wsdc = cfg.replace(schedule="wsdc", warmup=0.1, decay=0.3, constant=0.2, precision="bf16")
@@ -258,6 +253,7 @@ def test_schedule_and_precision_are_applied(cfg, tmp_path):
     assert infos[-1][1]["lr"] == pytest.approx(3e-4)  # the constant phase at min_lr
 
 
+@pytest.mark.slow
 def test_settings_that_do_not_fit_the_architecture(cfg, tmp_path):
     with pytest.raises(UserError, match="tokenizer: the byte tokenizer has 256 tokens"):
         run_trial(tiny(vocab=65), cfg, run_dir=tmp_path / "a")

@@ -39,7 +39,7 @@ def check_study_train(data):
 def study_device(name: str | None, data) -> str:
     """The name of the device asked for (a profile's name, or a profile file's, loaded and
     checked), else the one the sweep ran for."""
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     return load_device(name or data.meta.get("device") or "rpi5").name
 
@@ -282,7 +282,7 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
 
     from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
     from archsearch.arch import load_arch
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
     from archsearch.metrics import parse_quantity
 
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]

@@ -37,8 +37,8 @@ def _check_lengths(cfg: Any) -> None:
 
 def cost_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.arch import load_arch
-    from archsearch.cost.breakdown import cost_report, length_curves
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
+    from archsearch.latency.breakdown import cost_report, length_curves
 
     _check_lengths(cfg)
     names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
@@ -203,8 +203,9 @@ def length_figure(curves, labels: list[str], device, cfg: Any):
 
 
 def prune_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.devices import describe_error, load_device
-    from archsearch.cost.table import prune, rank
+    from archsearch.cost.devices import describe_error
+    from archsearch.latency import load_device
+    from archsearch.latency.prune import prune, rank
     from archsearch.space import open_space
 
     for key in ("limit", "show"):
@@ -341,29 +342,26 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.calibrate import calibrate
-    from archsearch.cost.devices import describe_bands, parse_device, write_profile
+    from archsearch.cost.devices import describe_bands
+    from archsearch.latency.calibrate import calibrate, plan
+    from archsearch.latency.profile import parse_profile, write_profile
+    from archsearch.runtimes import require
 
     if cfg.threads <= 0 or cfg.repeats <= 0:
         raise UserError("threads and repeats must be positive", key="threads")
     if cfg.repeats > MAX_REPEATS:
         raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
+    require(str(cfg.runtime), key="runtime")
     name, path = _profile_destination(cfg)  # before minutes of measuring
-    settings = {
-        "threads": cfg.threads,
-        "repeats": cfg.repeats,
-        "budget": str(cfg.budget),
-        "quick": cfg.quick,
-        "runtime": str(cfg.runtime),
-    }
+    how = plan(str(cfg.budget), threads=cfg.threads, repeats=cfg.repeats, runtime=str(cfg.runtime))
     if cfg.device_resource:
-        result = _calibrate_on_node(cfg, settings)
+        result = _calibrate_on_node(cfg, how)
     else:
         from archsearch.sweep.device_calibration import node_record
 
         with StepProgress("calibrate") as progress:
-            result = calibrate(**settings, progress=progress)
-        result["node"] = node_record(settings["runtime"])
+            result = calibrate(how, progress=progress)
+        result["node"] = node_record(how.runtime)
     prof = result["profile"]
     node = result["node"]
     prof["name"] = name
@@ -372,7 +370,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
         node["ray_resource"] = cfg.device_resource
         where = f"{node['hostname']} (Ray resource {cfg.device_resource!r})"
         prof["description"] = f"{where}, measured: {node['cpu']}"
-    dev = parse_device(prof, source=str(path), default_name=name)  # a bad one is never written
+    dev = parse_profile(prof, source=str(path), default_name=name)  # a bad one is never written
     write_profile(prof, path)
     if cfg.format == "json":
         output.print_json({"path": str(path), **result})
@@ -382,18 +380,17 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
         ["peak fp32", f"{prof['peak_flops']['fp32'] / 1e9:.4g} GFLOP/s"],
         ["peak bf16", f"{prof['peak_flops']['fp16'] / 1e9:.4g} GFLOP/s"],
         ["memory bandwidth", f"{prof['memory_bandwidth'] / 1e9:.4g} GB/s"],
-        ["matmul half-efficiency rows (fp32)", prof["efficiency"]["fp32"]["half_rows"]],
-        ["overhead per operator", f"{prof['efficiency']['fp32']['op_overhead_s'] * 1e6:.3g} µs"],
+        ["matmul half-efficiency rows (bf16)", prof["efficiency"]["fp16"]["half_rows"]],
+        ["overhead per operator", f"{prof['efficiency']['fp16']['op_overhead_s'] * 1e6:.3g} µs"],
     ]
-    if prof.get("kernels"):
-        k = prof["kernels"]
-        timings = sum(e["samples"] for e in k["predictors"].values())
+    learned = dev.predictor
+    if learned is not None:
+        timings = sum(f.samples for f in learned.kernels.values())
         rows.append(
             [
                 "kernel predictor",
-                f"{len(k['predictors'])} kernels, {timings} timings in {k['runtime']}; "
-                f"dispatch {k['dispatch_s'] * 1e6:.3g} µs/operator; whole models sampled over "
-                f"{k.get('sample_s', 0.0):g} s",
+                f"{len(learned.kernels)} kernels, {timings} timings in {learned.runtime} "
+                f"(budget={how.name}); whole models sampled over {learned.sample_s:g} s",
             ]
         )
     for quantity, checks in dev.validation.items():
@@ -439,7 +436,7 @@ def _profile_destination(cfg: Any) -> tuple[str, Path]:
     return name, path
 
 
-def _calibrate_on_node(cfg: Any, settings: dict[str, Any]) -> dict[str, Any]:
+def _calibrate_on_node(cfg: Any, how: Any) -> dict[str, Any]:
     """Calibrate the Ray node that advertises `cfg.device_resource` (a Ray task)."""
     import math
 
@@ -457,6 +454,4 @@ def _calibrate_on_node(cfg: Any, settings: dict[str, Any]) -> dict[str, Any]:
         ray_session(address, None, cfg.ray.verbose),
         StepProgress(f"calibrate {cfg.device_resource}") as progress,
     ):
-        return calibrate_on_node(
-            cfg.device_resource, settings, wait_s=cfg.wait_s, progress=progress
-        )
+        return calibrate_on_node(cfg.device_resource, how, wait_s=cfg.wait_s, progress=progress)

@@ -26,7 +26,9 @@ class Format(Choice):
 
 
 InferencePrecision = Choice.of("InferencePrecision", PRECISIONS, module=__name__)
-CalibrationBudget = Choice.of("CalibrationBudget", ("full", "fast"), module=__name__)
+CalibrationBudget = Choice.of(
+    "CalibrationBudget", ("full", "fast", "quick"), module=__name__
+)  # latency.calibrate.PLANS
 
 
 @dataclass
@@ -102,7 +104,6 @@ class CalibrateConfig:
     runtime: Runtime = MISSING
     repeats: int = MISSING
     budget: CalibrationBudget = MISSING
-    quick: bool = MISSING
     output: str | None = MISSING
     name: str | None = MISSING
     device_resource: str | None = MISSING

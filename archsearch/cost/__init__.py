@@ -1,9 +1,10 @@
-"""The cost model: exact counts (params, FLOPs/MACs, cache bytes) and predicted edge latency of
-architectures, known before training, vectorised over tables of candidates.
+"""The cost model: exact counts (params, FLOPs/MACs, cache bytes, working sets) of architectures,
+known before training, vectorised over tables of candidates, and the roofline latency of the
+published-fit device profiles. The learned predictor of a calibrated profile, its calibration and
+the latency metrics by name are `archsearch.latency`'s, the layer above.
 
     from archsearch.cost import metric_value
-    metric_value(arch, MetricSpec("decode_ms", (("device", "rpi5"), ("context", 2048),
-                                                ("precision", "q4"))))
+    metric_value(arch, MetricSpec.parse("cache_bytes[context=2048]"))
 
 Modules, bottom up:
 - `ops`: the candidate table (`Columns`), a `Phase` of a forward, one operation (`Op`);
@@ -12,19 +13,16 @@ Modules, bottom up:
 - `counts`: the whole model's ops, parameters and state;
 - `evaluate`: the registry of cost-metric evaluators (`@evaluator`, filled beside each formula)
   and `metric_values`, which dispatches through it;
-- `devices`: the device profiles; `model`: model-level sums and the roofline latency model;
-- `kernels`, `trees`, `kernel_latency`: the learned kernel-level predictor a calibrated profile
-  carries (the catalogue and its stored fit, boosted trees as data, a model's latency as the
-  sum of its kernels); `kernel_timing`, `kernel_fit`: timing and fitting it (`calibrate`);
-- `breakdown`: what `archsearch cost` reports; `table`: pruning a space by its cost
-  constraints; `calibrate`: measuring this machine's profile.
+- `devices`: a device profile's figures as data (peaks, efficiencies, provenance, validation and
+  the error a latency carries); `model`: model-level sums, working sets and the roofline;
+- `fit`: a published-fit profile's efficiencies fitted to published throughputs.
 """
 
 from __future__ import annotations
 
 from archsearch.cost import model
 from archsearch.cost.counts import params, state_elements
-from archsearch.cost.devices import DeviceProfile, load_device
+from archsearch.cost.devices import DeviceProfile
 from archsearch.cost.evaluate import (
     EVALUATORS,
     columns,
@@ -43,7 +41,6 @@ __all__ = [
     "Phase",
     "columns",
     "evaluator",
-    "load_device",
     "metric_value",
     "metric_values",
     "model",

@@ -13,42 +13,32 @@ or `published-fit` to published throughputs, with a one-line reason) and how wel
 at the precisions it was measured at, and for a measured profile's fp32 check the same figures
 by the working set of what was predicted, `by_working_set`). `latency_error` turns them into
 the relative error a prediction at a precision carries on the device (None where no check
-covers that precision), `latency_errors` into each prediction's by its working set.
+covers that precision), `Validation.error_at` into each prediction's by its working set.
 
-Profiles measured under a name of the user's (`archsearch calibrate name=NAME`, on this machine
-or on a Ray node: `device_resource=`) live in the user device folder (`user_devices_dir`:
-`$ARCHSEARCH_DEVICE_DIR`, else `$XDG_CONFIG_HOME/archsearch/devices`, else
-`~/.config/archsearch/devices`), outside the installed package, which may be read-only and is
-replaced on upgrade; `device=NAME` finds them after the shipped and plugin profiles, whose names
-they may not take. A measured profile records the machine it was measured on (`measured_on`);
-`local` stands for the machine it is read on, so where that machine has another processor its
-description says that its latencies and their +- are the other machine's (`measured_elsewhere`).
+A measured profile records the machine it was measured on (`measured_on`); `local` stands for
+the machine it is read on, so where that machine has another processor its description says
+that its latencies and their +- are the other machine's (`measured_elsewhere`).
 
-A profile is read by `read_profile` and written by `write_profile`: what a person reads and
-writes (figures, sources, provenance, validation) is the YAML; the arrays a calibration fitted
-(`FITTED_KEYS`: the matmul table and the kernel predictor) are data, kept beside it in a
-versioned JSON file (`read_fitted`).
+This module is a profile's figures as data; `archsearch.latency.profile` finds, reads and
+writes profile files (with the learned predictor a calibrated one carries beside its YAML).
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import itertools
-import json
 import math
 import os
 import platform
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from archsearch import plugins, yamlio
-from archsearch.cost.kernels import Kernels, parse_kernels
+from archsearch import plugins
 from archsearch.errors import UserError
-from archsearch.metrics import PRECISIONS, MetricSpec
+from archsearch.metrics import PRECISIONS
 from archsearch.resources import check_name
 
 LOCAL = "local"  # the profile that stands for the machine it is read on
@@ -59,10 +49,6 @@ QUANTITIES = ("ttft", "decode")  # what a validation entry measures
 ERROR_QUANTITIES = {"ttft_ms": ("ttft",), "decode_ms": ("decode",), "e2e_ms": ("ttft", "decode")}
 # which compute class executes the matmuls of a weight precision
 COMPUTE_CLASS_OF = {"fp32": "fp32", "bf16": "fp16", "fp16": "fp16", "q8": "int8", "q4": "int8"}
-# a profile's fitted arrays, kept beside its YAML in `<stem>.fitted.json` (`write_profile`)
-FITTED_KEYS = ("matmul_table", "kernels")
-FITTED_FORMAT = "archsearch.fitted/1"  # the data file's format and version
-MAX_FITTED_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -93,11 +79,11 @@ class Provenance:
 @dataclass(frozen=True)
 class WorkingSetBands:
     """Held-out |error| by the working set of the predicted phase (fp32 bytes of its weights and
-    decode state, `kernel_latency.working_set`): `edges` (increasing) split working sets into
+    decode state, `cost.model.working_set`): `edges` (increasing) split working sets into
     len(edges) + 1 bands, band i holding `n[i]` predictions whose 90th percentile of |error| is
     `p90[i]` (and its upper bound `bound[i]`: `Validation.bound`). A prediction misses by more
     near the edge of a shared cache, whose share the machine's other tenants move, than well
-    inside or beyond it (`archsearch.cost.kernel_fit`)."""
+    inside or beyond it (`archsearch.latency.calibrate.fit`)."""
 
     edges: tuple[float, ...]  # bytes
     p90: tuple[float, ...]
@@ -131,7 +117,7 @@ class Validation:
     n: int
     method: str
     p90: float | None = None  # 90th percentile of the absolute relative error
-    # an upper bound of that 90th percentile at 90% confidence (`kernel_fit.p90_bound`)
+    # an upper bound of that 90th percentile at 90% confidence (`latency.calibrate.fit.p90_bound`)
     bound: float | None = None
     by_working_set: WorkingSetBands | None = None
     precisions: tuple[str, ...] = PRECISIONS
@@ -173,9 +159,8 @@ class DeviceProfile:
     efficiency: dict[str, Efficiency] = field(default_factory=dict)  # by compute class
     sources: dict[str, str] = field(default_factory=dict)
     prefill_logits: str = "last"  # last (llama.cpp) | all (archsearch.models' prefill)
-    # measured profiles (`archsearch calibrate`): matmul FLOP/s by weight size and row count,
-    # and the last-level cache that holds the weights of a model small enough to fit in it
-    matmul_table: dict | None = None  # {"weights": [k*n...], "rows": [m...], "rate": [[...]]}
+    # measured profiles (`archsearch calibrate`): the last-level cache that holds the weights of
+    # a model small enough to fit in it
     cache_capacity: float = 0.0  # bytes (0: no cache level modelled)
     cache_bandwidth: float = 0.0  # bytes/s
     provenance: Provenance | None = None
@@ -183,9 +168,9 @@ class DeviceProfile:
     validation: dict[str, tuple[Validation, ...]] = field(default_factory=dict)
     # the machine a measured profile was measured on: hostname, cpu, torch, runtime, ray_node...
     measured_on: dict[str, str] = field(default_factory=dict)
-    # the learned kernel-level latency predictor (`archsearch calibrate`): when present, fp32
-    # latency is the sum of the model's kernels (`archsearch.cost.kernel_latency`)
-    kernels: Kernels | None = None
+    # the learned predictor of a calibrated profile (`archsearch.latency.predict.Predictor`,
+    # attached by `archsearch.latency.profile`): fp32 latency is then the sum of its kernels
+    predictor: Any = None
     path: str = ""
 
     def peak(self, precision: str) -> float:
@@ -196,6 +181,9 @@ class DeviceProfile:
         where the profile has none (nothing is known of that error)."""
         checks = self.validation.get(quantity, ())
         return next((v for v in checks if precision in v.precisions), None)
+
+    def with_predictor(self, predictor: Any) -> DeviceProfile:
+        return dataclasses.replace(self, predictor=predictor)
 
     def eff(self, precision: str) -> Efficiency:
         """The efficiencies of a precision's compute class (fp32 falls back to fp16's)."""
@@ -252,7 +240,11 @@ def _plausible(value: float, *, source: str, key: str) -> float:
     return value
 
 
-def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
+def parse_device(
+    raw: Any, *, source: str, default_name: str, learned: bool = False
+) -> DeviceProfile:
+    """A profile's YAML mapping, checked (one-line errors name the key path). `learned`: the
+    profile carries a learned predictor (its checks then cover fp32 unless they say)."""
     if not isinstance(raw, dict):
         raise UserError("a device profile must be a mapping", source=source, key="(top level)")
     known = {
@@ -265,13 +257,11 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         "efficiency",
         "sources",
         "prefill_logits",
-        "matmul_table",
         "cache_capacity",
         "cache_bandwidth",
         "provenance",
         "validation",
         "measured_on",
-        "kernels",
     }
     unknown = sorted(set(map(str, raw)) - known)
     if unknown:
@@ -352,13 +342,11 @@ def parse_device(raw: Any, *, source: str, default_name: str) -> DeviceProfile:
         efficiency=efficiency,
         sources=sources,
         prefill_logits=_prefill_logits(raw.get("prefill_logits", "last"), source),
-        matmul_table=_matmul_table(raw.get("matmul_table"), source),
         cache_capacity=figures["cache_capacity"],
         cache_bandwidth=figures["cache_bandwidth"],
         provenance=_provenance(raw.get("provenance"), source),
-        validation=_validation(raw.get("validation"), source, "kernels" in raw),
+        validation=_validation(raw.get("validation"), source, learned),
         measured_on=_measured_on(raw.get("measured_on"), source),
-        kernels=parse_kernels(raw.get("kernels"), source=source),
         path=source,
     )
 
@@ -389,7 +377,7 @@ def _provenance(raw: Any, source: str) -> Provenance | None:
 def _validation(raw: Any, source: str, kernels: bool) -> dict[str, tuple[Validation, ...]]:
     """`validation`: per quantity one check or a list of them, each at its `precisions`.
     Unstated, a check covers what the profile's predictor it validated prices: fp32 on a
-    profile with `kernels` (the kernel predictor prices fp32 only), else every precision."""
+    profile with a learned predictor (it prices fp32 only), else every precision."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -547,18 +535,6 @@ def _checks(device: DeviceProfile, metric: str, precision: str) -> dict[str, Val
     return None if any(v is None for v in checks.values()) else checks
 
 
-def spec_error(spec: MetricSpec) -> float | None:
-    """`latency_error` of a latency metric with its device named (None for other metrics, a
-    device left to the run, or a profile that does not load)."""
-    args = dict(spec.args)
-    if spec.metric not in ERROR_QUANTITIES or args.get("device") is None:
-        return None
-    try:
-        return latency_error(load_device(args["device"]), spec.metric, args["precision"])
-    except UserError:
-        return None
-
-
 def cpu_name() -> str:
     """This machine's processor as /proc/cpuinfo names it (else what `platform` says)."""
     try:
@@ -640,32 +616,6 @@ def describe_bands(bands: WorkingSetBands) -> str:
     )
 
 
-def _matmul_table(raw: Any, source: str) -> dict | None:
-    if raw is None:
-        return None
-    try:
-        weights = [float(w) for w in raw["weights"]]
-        rows = [float(m) for m in raw["rows"]]
-        rate = [[float(r) for r in line] for line in raw["rate"]]
-        ok = (
-            len(rate) == len(weights)
-            and all(len(line) == len(rows) for line in rate)
-            and all(r > 0 for line in rate for r in line)
-            and weights == sorted(weights)
-            and rows == sorted(rows)
-        )
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise UserError(
-            "expected {weights: [sorted k*n], rows: [sorted m], rate: "
-            "[[FLOP/s per row count] per weight size]}",
-            source=source,
-            key="matmul_table",
-        )
-    return {"weights": weights, "rows": rows, "rate": rate}
-
-
 def _measured_on(raw: Any, source: str) -> dict[str, str]:
     if raw is None:
         return {}
@@ -688,15 +638,22 @@ def _prefill_logits(value: Any, source: str) -> str:
     return value
 
 
+# ---- where profiles are found -------------------------------------------------------------------
+
+
 def devices_dir() -> Path:
+    """The shipped profiles (`conf/device/`)."""
     from archsearch.resources import conf_dir
 
     return conf_dir() / "device"
 
 
 def user_devices_dir() -> Path:
-    """The user's own measured profiles (`archsearch calibrate name=NAME`): see the module's
-    docstring."""
+    """The user's own measured profiles (`archsearch calibrate name=NAME`, on this machine or
+    on a Ray node): `$ARCHSEARCH_DEVICE_DIR`, else `$XDG_CONFIG_HOME/archsearch/devices`, else
+    `~/.config/archsearch/devices`; outside the installed package, which may be read-only and
+    is replaced on upgrade. `device=NAME` finds them after the shipped and plugin profiles,
+    whose names they may not take."""
     if os.environ.get("ARCHSEARCH_DEVICE_DIR"):
         return Path(os.environ["ARCHSEARCH_DEVICE_DIR"]).expanduser()
     config = os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser()
@@ -719,134 +676,10 @@ def device_names() -> list[str]:
     return reserved + [n for n in shipped_names(user_devices_dir()) if n not in reserved]
 
 
-def fitted_path(path: str | Path) -> Path:
-    """Where the fitted data of the profile at `path` lives: `local.yaml` -> `local.fitted.json`
-    in the same folder. Fixed by the profile's own name, so a profile cannot make archsearch
-    read another file."""
-    return Path(path).with_suffix(".fitted.json")
-
-
-def read_profile(path: str | Path) -> dict[str, Any]:
-    """A profile file as plain data: its YAML, with the fitted data its `fitted:` entry names
-    (`read_fitted`) in place of that entry. `parse_device` checks what it holds."""
-    raw = yamlio.load(path)
-    if not isinstance(raw, dict) or "fitted" not in raw:
-        return raw
-    header = {k: v for k, v in raw.items() if k != "fitted"}
-    fitted = read_fitted(raw["fitted"], path)
-    both = sorted(set(header) & set(fitted))
-    if both:
-        raise UserError(
-            f"is also in {fitted_path(path).name}; keep it in one place",
-            source=str(path),
-            key=both[0],
-        )
-    return {**header, **fitted}
-
-
-def read_fitted(entry: Any, path: str | Path) -> dict[str, Any]:
-    """The fitted data beside the profile at `path`. The profile names it as
-
-        fitted: {file: <stem>.fitted.json, format: archsearch.fitted/1, sha256: <hex>}
-
-    and the data file is JSON: `{"format": "archsearch.fitted/1", <FITTED_KEYS>...}`. The file
-    must be the one beside the profile (`fitted_path`), of this format, and hash to the
-    profile's `sha256`: a data file from another calibration, or a profile copied without its
-    data, is a one-line error rather than other latencies."""
-    source, data = str(path), fitted_path(path)
-    expected = f"expected {{file: {data.name}, format: {FITTED_FORMAT}, sha256: <hex>}}"
-    if not isinstance(entry, dict) or set(map(str, entry)) != {"file", "format", "sha256"}:
-        raise UserError(expected, source=source, key="fitted")
-    if entry["file"] != data.name:
-        raise UserError(f"{expected}, got file {entry['file']!r}", source=source, key="fitted.file")
-    if entry["format"] != FITTED_FORMAT:
-        raise UserError(
-            f"format {entry['format']!r} is not {FITTED_FORMAT!r}: re-run `archsearch calibrate`",
-            source=source,
-            key="fitted.format",
-        )
-    try:
-        blob = data.read_bytes()
-    except OSError as err:
-        raise UserError(
-            f"cannot read {data}: {err.strerror}", source=source, key="fitted"
-        ) from None
-    if len(blob) > MAX_FITTED_BYTES or hashlib.sha256(blob).hexdigest() != entry["sha256"]:
-        raise UserError(
-            f"{data.name} is not the data this profile was written with (sha256 differs): "
-            "re-run `archsearch calibrate`",
-            source=source,
-            key="fitted.sha256",
-        )
-    try:
-        fitted = json.loads(blob, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as err:
-        raise UserError(
-            f"{data.name} is not valid JSON: {err}", source=source, key="fitted"
-        ) from None
-    if not isinstance(fitted, dict) or fitted.get("format") != FITTED_FORMAT:
-        raise UserError(f"{data.name} is not {FITTED_FORMAT} data", source=source, key="fitted")
-    unknown = sorted(set(fitted) - {"format", *FITTED_KEYS})
-    if unknown:
-        raise UserError(f"unknown key {unknown[0]!r} in {data.name}", source=source, key="fitted")
-    return {k: v for k, v in fitted.items() if k != "format"}
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a finite number")
-
-
-def write_profile(profile: dict[str, Any], path: Path) -> None:
-    """Write a profile: its `FITTED_KEYS` to `fitted_path(path)` (JSON, `FITTED_FORMAT`), the
-    rest as YAML under a short header naming the data by file, format and hash. Each file is
-    written whole and then moved into place, the data before the YAML that names it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = {k: v for k, v in profile.items() if k not in FITTED_KEYS}
-    fitted = {k: profile[k] for k in FITTED_KEYS if profile.get(k) is not None}
-    data = fitted_path(path)
-    if fitted:
-        blob = json.dumps({"format": FITTED_FORMAT, **fitted}, allow_nan=False).encode()
-        _replace(data, blob)
-        header["fitted"] = {
-            "file": data.name,
-            "format": FITTED_FORMAT,
-            "sha256": hashlib.sha256(blob).hexdigest(),
-        }
-    name = profile.get("name", LOCAL)
-    where = profile.get("measured_on", {}).get("hostname", "this machine")
-    comment = (
-        f"# The `{name}` device profile: {where}, measured by `archsearch calibrate`.\n"
-        "# Re-run `archsearch calibrate` to refresh it"
-        + (f"; its fitted arrays are data, in {data.name}.\n" if fitted else ".\n")
-    )
-    _replace(path, (comment + yamlio.dumps(header)).encode())
-    if not fitted:
-        data.unlink(missing_ok=True)
-
-
-def _replace(path: Path, blob: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(blob)
-    os.replace(tmp, path)
-
-
-@cache
-def _load(path: str) -> DeviceProfile:
-    return parse_device(read_profile(path), source=path, default_name=Path(path).stem)
-
-
-# profiles this process loaded from a path the user gave, by their names: the cost model,
-# pricing and the analysis name devices by name, so a profile given as `device=./mine.yaml`
-# is found under its name (`mine`, or its `name:`) wherever the command names it afterwards
-_FROM_FILES: dict[str, str] = {}
-
-
-def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
-    """A shipped profile by name (`rpi5`), a plugin's by its registered name (`pkg.board`:
-    the entry point gives the path of its YAML), a user profile by name (`user_devices_dir`),
-    a profile this process loaded from a path by its name, or any profile YAML by path (then
-    known by its name for the rest of the process; a name another profile has is refused)."""
-    from archsearch.resources import looks_like_path, resolve
+def profile_path(name_or_path: str, *, key: str = "device") -> Path:
+    """The YAML of a shipped profile by name (`rpi5`), a plugin's by its registered name
+    (`pkg.board`: the entry point gives the path), a user profile by name, or a path."""
+    from archsearch.resources import resolve
 
     if plugins.is_plugin(plugins.DEVICES, name_or_path):
         target = plugins.load(plugins.DEVICES, name_or_path)
@@ -856,62 +689,17 @@ def load_device(name_or_path: str, *, key: str = "device") -> DeviceProfile:
                 f"got {target!r}",
                 key=key,
             )
-        return _load(str(Path(target).resolve()))
-    if looks_like_path(name_or_path):
-        return _from_file(str(resolve(name_or_path, devices_dir(), "device", key).resolve()), key)
+        return Path(target).resolve()
     try:
-        path = resolve(name_or_path, devices_dir(), "device", key)
+        return resolve(name_or_path, devices_dir(), "device", key).resolve()
     except UserError as err:
         if not err.detail.startswith("unknown device"):
             raise
         mine = user_devices_dir() / f"{name_or_path}.yaml"
         if mine.is_file():
-            return _load(str(mine.resolve()))
-        if name_or_path in _FROM_FILES:
-            return _load(_FROM_FILES[name_or_path])
+            return mine.resolve()
         raise UserError(
             f"unknown device {name_or_path!r} (known: {', '.join(device_names())}; or give a "
             "path to a .yaml file)",
             key=key,
         ) from None
-    return _load(str(path.resolve()))
-
-
-def _from_file(path: str, key: str) -> DeviceProfile:
-    """The profile in the YAML file at `path`, registered under its name for this process.
-    Its name may not be a shipped, plugin or user profile's (unless it is that profile's own
-    file): a name means one profile everywhere a command uses it."""
-    device = _load(path)
-    if device.name in device_names() and _path_of(device.name) != path:
-        kind = "shipped" if device.name in reserved_device_names() else "user"
-        raise UserError(
-            f"the profile in {path!r} is named {device.name!r}, the name of a {kind} profile: "
-            "give it another name (its name: key, or the file's name)",
-            key=key,
-        )
-    _FROM_FILES[device.name] = path
-    return device
-
-
-def _path_of(name: str) -> str | None:
-    """The file of the shipped, plugin or user profile called `name` (None: it does not load)."""
-    try:
-        return str(Path(load_device(name).path).resolve())
-    except UserError:
-        return None
-
-
-def all_devices() -> list[DeviceProfile]:
-    """Every shipped profile, and every plugin and user profile that loads: a broken plugin
-    package or user file must not make every candidate unpriceable (naming it gives its
-    error)."""
-    from archsearch.resources import shipped_names
-
-    out = []
-    for name in device_names():
-        try:
-            out.append(load_device(name))
-        except UserError:
-            if name in shipped_names(devices_dir()):
-                raise
-    return out

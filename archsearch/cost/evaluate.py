@@ -3,7 +3,8 @@
 `@evaluator("cache_bytes")` registers, beside its formula, the function that computes a metric
 for every row of a `Columns` table; its parameters after the table are the metric's arguments,
 by name and in order. `metric_values` dispatches a `MetricSpec` through the registry
-(tests/test_cost_metrics.py checks that it covers exactly the cost metrics).
+(tests/test_cost_metrics.py checks that it covers exactly the cost metrics once
+`archsearch.latency` has registered the latency metrics).
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def metric_values(c: Columns, spec: MetricSpec) -> np.ndarray:
     groups that use the same modules)."""
     fn = EVALUATORS.get(spec.metric)
     if fn is None:
-        raise ValueError(f"{spec.metric} is not a cost metric")
+        latency = "; the latency metrics are archsearch.latency's: price through it"
+        raise ValueError(f"{spec.metric} has no evaluator here{latency}")
     args = dict(spec.args)
     if "device" in args and args["device"] is None:
         raise ValueError(f"{spec.label}: no device given")

@@ -63,9 +63,11 @@ def predict(device: DeviceProfile, row: Throughput, eff: Efficiency) -> tuple[fl
     """(TTFT, mean decode step) in seconds of a measurement's setting under `eff`."""
     dev = dataclasses.replace(device, efficiency={"fp32": eff, "fp16": eff, "int8": eff})
     c = columns(row.arch)
-    ttft = float(model.ttft_s(c, dev, PROMPT, row.precision)[0])
-    decode = float(model.decode_s(c, dev, PROMPT + (GENERATE - 1) / 2, row.precision)[0])
-    return ttft, decode
+    last = 1.0 if dev.prefill_logits == "last" else None
+    prefill = model.prefill_phase(PROMPT)
+    ttft = float(model.roofline_seconds(c, prefill, dev, row.precision, lm_head_tokens=last)[0])
+    step = model.step_phase(model.mean_context(PROMPT, GENERATE))
+    return ttft, float(model.roofline_seconds(c, step, dev, row.precision)[0])
 
 
 def fit_efficiency(

@@ -23,14 +23,16 @@ against the analytic formulas on every built-in mixer.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from archsearch.arch import FFN_KINDS, LINEAR_FAMILIES, ArchConfig, LayersConfig, LinearConfig
 from archsearch.cost.ops import Columns, Op, Phase, plugin_name
 from archsearch.errors import UserError
-from archsearch.models import channel_mixer_class, sequence_mixer_class
-from archsearch.models.tracing import Trace, TracingError, state_elements, trace
+
+if TYPE_CHECKING:  # the models (torch) are imported only to trace a plugin
+    from archsearch.models.tracing import Trace
 
 __all__ = [
     "TracedCostError",
@@ -75,12 +77,16 @@ def _mixer_arch(key: tuple[float, ...]) -> ArchConfig:
 
 
 def _mixer_builder(key: tuple[float, ...]):
+    from archsearch.models import sequence_mixer_class
+
     arch = _mixer_arch(key)
     cls = sequence_mixer_class(arch.linear.family)
     return lambda: cls(arch)
 
 
 def _channel_builder(key: tuple[float, ...]):
+    from archsearch.models import channel_mixer_class
+
     code, d, F = key
     cls = channel_mixer_class(plugin_name(code))
     return lambda: cls(int(d), int(F))
@@ -94,6 +100,8 @@ def _fail(what: str, where: str, err: Exception) -> TracedCostError:
 def _mixer_trace(
     key: tuple[float, ...], kind: str, T: int, n0: int, backward: bool, B: int
 ) -> Trace:
+    from archsearch.models.tracing import TracingError, trace
+
     try:
         return trace(_mixer_builder(key), kind, T, n0, B, int(key[1]), backward=backward)
     except TracingError as err:
@@ -104,6 +112,8 @@ def _mixer_trace(
 
 @lru_cache(maxsize=65536)
 def _channel_trace(key: tuple[float, ...], T: int, backward: bool, B: int) -> Trace:
+    from archsearch.models.tracing import TracingError, trace
+
     try:
         return trace(_channel_builder(key), "channel", T, 0, B, int(key[1]), backward=backward)
     except TracingError as err:
@@ -126,6 +136,8 @@ def _mixer_module_counts(key: tuple[float, ...]) -> tuple[float, float]:
 
 @lru_cache(maxsize=65536)
 def _mixer_state(key: tuple[float, ...], context: int) -> float:
+    from archsearch.models.tracing import TracingError, state_elements
+
     try:
         return state_elements(_mixer_builder(key), context, 1, int(key[1]))
     except TracingError as err:

@@ -1,4 +1,4 @@
-"""Calibrating a device of a Ray cluster: `archsearch.cost.calibrate.calibrate` as a Ray task on
+"""Calibrating a device of a Ray cluster: `archsearch.latency.calibrate.calibrate` as a Ray task on
 the node that advertises a custom resource (a Raspberry Pi 5 joined with
 `ray start --address=HEAD:6379 --resources='{"rpi5": 1}'`), its progress relayed to the driver
 through a `ray.util.queue.Queue`, the measured profile returned with a record of the node it was
@@ -67,15 +67,16 @@ def node_record(runtime: str = "torch") -> dict[str, str]:
     return record
 
 
-def _calibrate_here(settings: dict[str, Any], queue: Any) -> dict[str, Any]:
-    """The Ray task: calibrate this node, relaying progress through `queue`."""
-    from archsearch.cost.calibrate import calibrate
+def _calibrate_here(plan: Any, queue: Any) -> dict[str, Any]:
+    """The Ray task: calibrate this node within `plan` (a `TimingPlan`), relaying progress
+    through `queue`."""
+    from archsearch.latency.calibrate import calibrate
 
     def progress(done: int, total: int, step: str) -> None:
         queue.put_nowait((done, total, step))
 
-    result = calibrate(**settings, progress=progress)
-    result["node"] = node_record(settings.get("runtime", "torch"))
+    result = calibrate(plan, progress=progress)
+    result["node"] = node_record(plan.runtime)
     return result
 
 
@@ -108,21 +109,22 @@ def _one_line(err: BaseException) -> str:
 
 def calibrate_on_node(
     resource: str,
-    settings: dict[str, Any],
+    plan: Any,
     *,
     wait_s: float = 10.0,
     progress: Callable[[int, int, str], None] | None = None,
     key: str = "device_resource",
 ) -> dict[str, Any]:
-    """Run `calibrate(**settings)` as a Ray task on a node that advertises `resource` (Ray must
-    be initialised, e.g. by `archsearch.sweep.ray_runtime.ray_session`); returns calibrate's
+    """Run `calibrate(plan)` (a `latency.calibrate.TimingPlan`) as a Ray task on a node that
+    advertises `resource` (Ray must be initialised, e.g. by
+    `archsearch.sweep.ray_runtime.ray_session`); returns calibrate's
     result with `node` (`node_record` of the node it ran on) added. Raises a `UserError` naming
     `key` when no node advertises the resource within `wait_s` seconds or none has the CPUs for
-    `settings["threads"]`, and `RemoteCalibrationError` when the task fails."""
+    `plan.threads`, and `RemoteCalibrationError` when the task fails."""
     import ray
     from ray.util.queue import Queue
 
-    threads = int(settings.get("threads", 1))
+    threads = int(plan.threads)
     nodes = _wait_for_nodes(ray, resource, wait_s, key)
     fitting = [n for n in nodes if n["Resources"].get("CPU", 0) >= threads]
     if not fitting:
@@ -138,7 +140,7 @@ def calibrate_on_node(
     task = ray.remote(_calibrate_here).options(
         num_cpus=threads, resources={resource: amount}, max_retries=0
     )
-    ref = task.remote(settings, queue)
+    ref = task.remote(plan, queue)
 
     def relay() -> None:
         while not queue.empty():

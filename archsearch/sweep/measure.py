@@ -34,23 +34,25 @@ def measure_latency(
     runtime: str = "torch",
 ) -> dict[str, Any]:
     """Wall times of the real model in `runtime`, timed as calibration and the latency
-    benchmark time them (`kernel_timing.time_model_once`: the least of calls over `SAMPLE_S`
+    benchmark time them (`latency.calibrate.timing.time_model`: the least of calls over `SAMPLE_S`
     after a warm-up): prefill of `prompt` tokens (ttft_ms), one decode step at `context` tokens
     (decode_ms), and prompt + `generate` tokens (e2e_ms); or `not_measured`, the one-line
     reason the model does not run in `runtime`."""
     import torch
 
     from archsearch.arch import ArchConfig
-    from archsearch.cost.kernel_timing import time_model_once
+    from archsearch.latency.calibrate.models import WholeModel
+    from archsearch.latency.calibrate.plan import TimingPlan
+    from archsearch.latency.calibrate.timing import time_model
     from archsearch.runtimes import ExportError
 
     torch.set_num_threads(threads)
     arch = ArchConfig.from_dict(arch_dict)
     out: dict[str, Any] = {"runtime": runtime}
     try:
-        ttft, decode = time_model_once(
-            arch, runtime, settings["prompt"], settings["context"], repeats, 0.0, batch=1
-        )
+        model = WholeModel(arch, settings["prompt"], settings["context"])
+        how = TimingPlan("measured", runtime=runtime, threads=threads, repeats=repeats)
+        ttft, decode = time_model(model, how)
     except ExportError as e:
         out["not_measured"] = f"does not run in {runtime}: {e}"
     else:

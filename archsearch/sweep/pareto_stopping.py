@@ -275,7 +275,7 @@ def _cost(launched: Launched, spec: MetricSpec) -> float | None:
         return None  # latency.mode=measured: timed on the real model, not known yet
     value = launched.costs.get(spec.label)
     if value is None:
-        from archsearch.cost import metric_value
+        from archsearch.latency import metric_value
 
         value = metric_value(launched.arch, spec)
     return value

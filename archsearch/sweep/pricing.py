@@ -67,10 +67,9 @@ def price(space: SearchSpace, devices: list[str], device: str, arch: ArchConfig)
     """The space's cost metrics (device-dependent ones on every device profile in `devices`,
     the run's `device` and any device the space names), the default latencies on each of them,
     and the constraints judged on the run's `device` (or the device a constraint names)."""
-    from archsearch.cost import metric_value
     from archsearch.cost.evaluate import columns
-    from archsearch.cost.model import spec_errors
-    from archsearch.cost.table import margin_errors
+    from archsearch.latency import metric_value, spec_errors
+    from archsearch.latency.prune import margin_errors
 
     specs = [o.spec for o in space.objectives] + [c.spec for c in space.constraints]
     named = {dict(s.args)["device"] for s in specs if dict(s.args).get("device")}

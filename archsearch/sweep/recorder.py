@@ -274,7 +274,7 @@ def _objective_values(
         else:
             v = launched.costs.get(spec.label)
             if v is None:
-                from archsearch.cost import metric_value
+                from archsearch.latency import metric_value
 
                 v = metric_value(launched.arch, spec)
         if v is None or not math.isfinite(v):

@@ -50,7 +50,7 @@ def study_reference(
             ref.append(None)
             worst[i] = -math.inf if objective.direction == "minimize" else math.inf
     if worst:
-        from archsearch.cost import metric_value
+        from archsearch.latency import metric_value
 
         for priced in _feasible(space, device):
             for i in worst:

@@ -251,30 +251,26 @@ def check_latency_runtime(cfg: SweepConfig, device: str) -> None:
     """`latency.runtime` names where latency is measured (`latency.mode=measured`), or, for
     predicted latency, the runtime the device's kernel predictor was calibrated in: refuse one
     that the profile was not calibrated in (its numbers would silently be another runtime's),
-    and ExecuTorch on a local Ray that lacks it."""
+    and a deploy runtime whose packages a local Ray lacks (`runtimes.require`)."""
     runtime = str(cfg.latency.runtime)
     if cfg.latency.mode == LatencyMode.predicted:
         if runtime == "torch":
             return  # the default: whatever the profile was fitted to, as before
-        from archsearch.cost.devices import load_device
+        from archsearch.latency import load_device
 
-        kernels = load_device(device).kernels
-        if kernels is None or kernels.runtime != runtime:
-            source = f"kernels timed in {kernels.runtime}" if kernels else "no kernel timings"
+        learned = load_device(device).predictor
+        if learned is None or learned.runtime != runtime:
+            source = f"kernels timed in {learned.runtime}" if learned else "no kernel timings"
             raise UserError(
                 f"{runtime!r}: device {device!r} has {source}; predict {runtime} latency "
                 f"from a profile of `archsearch calibrate runtime={runtime}`, or measure it "
                 "(latency.mode=measured)",
                 key="latency.runtime",
             )
-    elif runtime == "executorch" and not cfg.ray.address:
-        import importlib.util
+    elif not cfg.ray.address:  # a cluster's nodes have their own packages
+        from archsearch.runtimes import require
 
-        if importlib.util.find_spec("executorch") is None:
-            raise UserError(
-                "'executorch' is not installed here: pip install 'archsearch[executorch]'",
-                key="latency.runtime",
-            )
+        require(runtime, key="latency.runtime")
 
 
 def check_cluster_gpus(cfg: SweepConfig) -> None:
@@ -302,7 +298,7 @@ def early_stopping_metric(space: SearchSpace) -> tuple[str | None, str]:
 def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     """Run the sweep `cfg` (the `sweep` command's settings) over the parsed `space`; returns
     the summary also written to `run_dir/sweep.json`."""
-    from archsearch.cost.devices import device_names, load_device
+    from archsearch.latency import device_names, load_device
 
     contain_ray(cfg.ray.verbose, cfg.ray.address)
     device = load_device(cfg.device).name

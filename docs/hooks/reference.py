@@ -399,6 +399,7 @@ def study_schema() -> str:
 
 def device_profile() -> str:
     from archsearch.cost import devices
+    from archsearch.latency import predict, profile
     from archsearch.resources import conf_dir
 
     example = (conf_dir() / "device" / "rpi5.yaml").read_text()
@@ -409,7 +410,7 @@ def device_profile() -> str:
                 "Generated from `archsearch.cost.devices`, which reads every profile.",
                 doc(devices),
                 "## Keys of a profile",
-                fields_table(devices.DeviceProfile, skip=("path",)),
+                fields_table(devices.DeviceProfile, skip=("path", "predictor")),
                 "## `efficiency.<fp32|fp16|int8|default>`",
                 doc(devices.Efficiency),
                 fields_table(devices.Efficiency),
@@ -422,8 +423,14 @@ def device_profile() -> str:
                 "### `by_working_set`",
                 doc(devices.WorkingSetBands),
                 fields_table(devices.WorkingSetBands),
-                "## The fitted data beside a profile",
-                doc(devices.read_fitted),
+                "## The fitted predictor beside a profile",
+                doc(profile),
+                "### `predictor.memory.<forward|step>`",
+                doc(predict.Memory),
+                fields_table(predict.Memory),
+                "### `predictor.kernels.<kernel>`",
+                doc(predict.KernelFit),
+                fields_table(predict.KernelFit),
                 "## Example: `conf/device/rpi5.yaml`",
                 "```yaml\n" + example + "```",
             ]

@@ -1,8 +1,8 @@
 """Boosted regression trees as plain data: fitted with scikit-learn, evaluated with numpy.
 
-The kernel latency predictors (`archsearch.cost.kernels`) are gradient-boosted ensembles of
-shallow trees. A fitted ensemble is stored in a device profile as lists (no pickle, nothing
-that executes), so a profile fitted on one machine is used on another without scikit-learn:
+Each kernel's learned correction (`archsearch.latency.predict`) is a gradient-boosted ensemble
+of shallow trees, stored in a profile's fitted data as numbers (no pickle, nothing that
+executes), so a profile fitted on one machine is read on another without scikit-learn:
 
     features: [names]        the inputs, in column order
     init: float              the ensemble's constant start (the mean target)
@@ -12,11 +12,8 @@ that executes), so a profile fitted on one machine is used on another without sc
     threshold: str           x[feature] <= threshold, else 2i + 2) as numbers separated by
     value: str               spaces, the trees separated by `;`; a leaf has feature -1
 
-A string of numbers, rather than YAML lists, keeps a profile quick to read: a YAML parser
-builds a node for every list item, and a fit holds tens of thousands of numbers. The
-stored thresholds keep 9 significant digits (features are log2 sizes: no size falls within
-1e-9 of a split between two measured ones) and the leaf values 6 (a relative change of 1e-6
-in a predicted time).
+Thresholds keep 9 significant digits (features are log2 sizes: none falls within 1e-9 of a
+split between two measured ones), leaf values 6 (a relative change of 1e-6 in a time).
 
 `predict` equals scikit-learn's `GradientBoostingRegressor.predict` on the same inputs (which
 compares float32 copies of the inputs with float64 thresholds; so does `predict`).
@@ -133,23 +130,14 @@ def parse(raw: Any, *, source: str, key: str, features: tuple[str, ...]) -> Ense
     """An `Ensemble` from its stored form, checked: one-line errors name the key path."""
 
     def bad(what: str, sub: str, got: Any) -> UserError:
-        shown = repr(got)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return UserError(f"{what}, got {shown}", source=source, key=f"{key}.{sub}")
+        shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
+        return UserError(f"{what}, got {shown}", source=source, key=f"{key}.{sub}".rstrip("."))
 
-    if not isinstance(raw, dict):
-        raise UserError(f"expected a mapping, got {raw!r}"[:120], source=source, key=key)
-    known = {"features", "init", "rate", "depth", "feature", "threshold", "value"}
-    extra = sorted(set(map(str, raw)) - known)
-    if extra:
-        raise UserError(
-            f"unknown key (known: {', '.join(sorted(known))})",
-            source=source,
-            key=f"{key}.{extra[0]}",
+    known = ("features", "init", "rate", "depth", "feature", "threshold", "value")
+    if not isinstance(raw, dict) or set(map(str, raw)) != set(known):
+        raise bad(
+            f"expected the keys {list(known)}", "", sorted(raw) if isinstance(raw, dict) else raw
         )
-    for k in sorted(known):
-        if k not in raw:
-            raise UserError("missing required key", source=source, key=f"{key}.{k}")
     if not isinstance(raw["features"], list) or tuple(raw["features"]) != tuple(features):
         raise bad(f"expected the features {list(features)}", "features", raw["features"])
     for k in ("init", "rate"):
@@ -159,25 +147,17 @@ def parse(raw: Any, *, source: str, key: str, features: tuple[str, ...]) -> Ense
     depth = raw["depth"]
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 6:
         raise bad("expected a whole number of levels in 1..6", "depth", depth)
-    size = 2 ** (depth + 1) - 1
-    arrays = {}
+    size, arrays = 2 ** (depth + 1) - 1, {}
     for k in ("feature", "threshold", "value"):
-        rows = raw[k]
-        what = f"expected trees separated by ';', each {size} numbers separated by spaces"
-        if not isinstance(rows, str) or not rows.strip():
-            raise bad(what, k, rows)
+        what = f"expected trees separated by ';', each {size} finite numbers separated by spaces"
         try:
-            arrays[k] = np.array(
-                [[float(v) for v in tree.split()] for tree in rows.split(";")], dtype=np.float64
-            )
-        except ValueError:
-            raise bad(what, k, rows) from None
-        if arrays[k].ndim != 2 or arrays[k].shape[1] != size:
-            raise bad(what, k, rows)
-        if not np.all(np.isfinite(arrays[k])):
-            raise bad("expected finite numbers", k, rows)
+            arrays[k] = np.array([[float(v) for v in t.split()] for t in raw[k].split(";")])
+        except (AttributeError, ValueError):
+            raise bad(what, k, raw[k]) from None
+        if arrays[k].ndim != 2 or arrays[k].shape[1] != size or not np.isfinite(arrays[k]).all():
+            raise bad(what, k, raw[k])
     if not arrays["feature"].shape == arrays["threshold"].shape == arrays["value"].shape:
-        raise bad("expected as many trees as `feature`", "value", len(raw["value"]))
+        raise bad("expected as many trees as `feature`", "value", raw["value"])
     feature = arrays["feature"]
     if np.any(feature != np.round(feature)) or np.any((feature < -1) | (feature >= len(features))):
         raise bad(f"expected feature indices in -1..{len(features) - 1}", "feature", raw["feature"])

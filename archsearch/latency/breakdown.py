@@ -17,6 +17,7 @@ from archsearch.cost.counts import block_modules, model_ops, params, state_eleme
 from archsearch.cost.devices import ERROR_QUANTITIES, DeviceProfile, describe_error
 from archsearch.cost.evaluate import columns
 from archsearch.cost.ops import CATEGORIES, Columns, Phase
+from archsearch.latency import predict
 
 
 def cost_report(
@@ -37,9 +38,9 @@ def cost_report(
     step = model.step_phase(context, B)
     last = 1.0 if device.prefill_logits == "last" else None
     t_prefill = _seconds_by_category(
-        model.op_seconds(c, prefill, device, precision, lm_head_tokens=last)
+        predict.seconds_by_part(c, prefill, device, precision, lm_head_tokens=last)
     )
-    t_step = _seconds_by_category(model.op_seconds(c, step, device, precision))
+    t_step = _seconds_by_category(predict.seconds_by_part(c, step, device, precision))
     f_prefill = _flops_by_category(c, prefill)
     f_step = _flops_by_category(c, step)
     layers: dict[str, float] = {}
@@ -57,9 +58,9 @@ def cost_report(
         for cat in CATEGORIES
         if t_step.get(cat, 0.0) != 0 or t_prefill.get(cat, 0.0) != 0
     ]
-    ttft = 1e3 * float(model.ttft_s(c, device, prompt, precision, B)[0])
-    dec = 1e3 * float(model.decode_s(c, device, context, precision, B)[0])
-    e2e = 1e3 * float(model.e2e_s(c, device, prompt, generate, precision, B)[0])
+    ttft = 1e3 * float(predict.ttft_s(c, device, prompt, precision, B)[0])
+    dec = 1e3 * float(predict.decode_s(c, device, context, precision, B)[0])
+    e2e = 1e3 * float(predict.e2e_s(c, device, prompt, generate, precision, B)[0])
     totals = {
         **{k: float(v[0]) for k, v in params(c).items()},
         "weight_bytes": float(model.weight_bytes(c, precision)[0]),
@@ -108,8 +109,8 @@ def cost_report(
 def _error(
     c: Columns, device: DeviceProfile, metric: str, precision: str, settings: dict
 ) -> float | None:
-    """The relative error of one architecture's predicted latency (`model.latency_errors`)."""
-    errors = model.latency_errors(c, device, metric, precision, **settings)
+    """The relative error of one architecture's predicted latency (`predict.latency_errors`)."""
+    errors = predict.latency_errors(c, device, metric, precision, **settings)
     return None if errors is None else float(errors[0])
 
 
@@ -146,8 +147,10 @@ def length_curves(
         "seq_lens": lens.tolist(),
         "cache_bytes": [float(model.cache_bytes(c, n, bits, batch)[0]) for n in lens],
         "memory_bytes": [float(model.memory_bytes(c, n, precision, batch)[0]) for n in lens],
-        "decode_ms": [1e3 * float(model.decode_s(c, device, n, precision, batch)[0]) for n in lens],
+        "decode_ms": [
+            1e3 * float(predict.decode_s(c, device, n, precision, batch)[0]) for n in lens
+        ],
         "e2e_ms": [
-            1e3 * float(model.e2e_s(c, device, prompt, int(n), precision, batch)[0]) for n in lens
+            1e3 * float(predict.e2e_s(c, device, prompt, int(n), precision, batch)[0]) for n in lens
         ],
     }

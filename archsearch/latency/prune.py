@@ -4,8 +4,8 @@
 every candidate, evaluates every cost constraint of the space on the vectorised table and
 reports the survivors and, for each constraint, how many candidates it pruned; `rank` orders
 candidates by the space's first cost objective. A latency constraint with `margin: error`
-bounds each prediction times (1 + its error: `model.latency_errors`, by its working set where
-the device profile gives bands) (`margin_errors`).
+bounds each prediction times (1 + its error: `latency.predict.latency_errors`, by its working
+set where the device profile gives bands) (`margin_errors`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from archsearch.cost.evaluate import metric_values
-from archsearch.cost.model import spec_errors
 from archsearch.cost.ops import Columns
 from archsearch.errors import UserError
+from archsearch.latency.evaluate import spec_errors
 from archsearch.metrics import Constraint, MetricSpec
 from archsearch.space import Candidate, SearchSpace, assignments, build, count
 from archsearch.space.candidates import sample_assignment
@@ -113,7 +113,7 @@ def prune(
 
 def margin_errors(con: Constraint, spec: MetricSpec, errors: np.ndarray | None, n: int):
     """The relative error each candidate's bound is widened by: its prediction's `errors`
-    (`model.spec_errors`) under `margin: error`, else 0. A profile with no check at the
+    (`latency.evaluate.spec_errors`) under `margin: error`, else 0. A profile with no check at the
     constraint's precision cannot give one: a one-line error naming the constraint."""
     if con.margin != "error":
         return np.zeros(n)

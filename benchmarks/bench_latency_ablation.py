@@ -1,0 +1,143 @@
+"""Which terms of the learned latency predictor earn their place? Each one left out in turn, the
+predictor refitted from a calibration's raw timings, scored on held-out runs.
+
+No timing: every figure is a refit (`archsearch.latency.calibrate.refit`) of the raw timings
+that `archsearch calibrate format=json` printed, priced on the held-out architectures that saved
+runs of `bench_latency_accuracy.py` timed. For each calibration and each term of
+`calibrate.fit.TERMS` (the boosted trees, the working-set stalls, the per-layer miss, overlap),
+the predictor is refitted without it and each run scored (share within +-10%, Kendall's tau,
+TTFT and decode), the mean over runs. A term stays if leaving it out costs more than the spread
+of the same score between the calibrations (two calibrations of the same hour: the variance of
+calibration itself, which no term can beat).
+
+    python benchmarks/bench_latency_ablation.py --calibration A=a.json B=b.json \\
+        --runs run.json --out results/latency_ablation_fresh.json
+
+The terms the ablation on recorded timings removed left the code with it
+(results/latency_ablation.json, written by this script's earlier form).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from archsearch.latency.calibrate import refit
+from archsearch.latency.calibrate.fit import TERMS
+from archsearch.latency.profile import parse_profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_latency_accuracy import cases, figures, predict
+
+QUANTITIES = ("ttft", "decode")
+
+
+def score(device, runs: list[list[dict]], archs: dict) -> dict:
+    """The mean over runs of each quantity's share within +-10% and Kendall's tau."""
+    out = {q: {"within_10": [], "kendall_tau": []} for q in QUANTITIES}
+    for rows in runs:
+        rows = copy.deepcopy(rows)
+        for r in rows:
+            predict(r, archs[r["summary"]], device)
+        for q in QUANTITIES:
+            got = figures(
+                np.array([r[f"{q}_ms"] for r in rows]), np.array([r[f"{q}_pred_ms"] for r in rows])
+            )
+            for k in out[q]:
+                out[q][k].append(got[k])
+    return {q: {k: float(np.mean(v)) for k, v in figs.items()} for q, figs in out.items()}
+
+
+def variant(saved: dict, without: tuple[str, ...]):
+    """The calibration's profile with its predictor refitted without `without`."""
+    predictor, _ = refit(saved["raw"], without)
+    device = parse_profile(saved["profile"], source="calibration", default_name="calibration")
+    return device.with_predictor(predictor)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calibration", nargs="+", required=True, help="NAME=RAW.json, two or more")
+    ap.add_argument("--runs", nargs="+", required=True, help="saved bench_latency_accuracy runs")
+    ap.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "latency_ablation_fresh.json")
+    )
+    args = ap.parse_args()
+    if len(args.calibration) < 2:
+        ap.error("--calibration: at least two (their spread is the yardstick)")
+    archs = {a.summary(): a for _, a, _ in cases(3)}
+    runs = [json.loads(Path(p).read_text())["rows"] for p in args.runs]
+    scores: dict[str, dict] = {}
+    for spec in args.calibration:
+        name, path = spec.split("=", 1)
+        saved = json.loads(Path(path).read_text())
+        scores[name] = {
+            t: score(variant(saved, (t,) if t else ()), runs, archs) for t in ("", *TERMS)
+        }
+        print(
+            f"{name}: every term "
+            + ", ".join(f"{q} {scores[name][''][q]['within_10']:.3f}" for q in QUANTITIES),
+            flush=True,
+        )
+    names = list(scores)
+    spread = {
+        q: {
+            k: float(
+                np.mean(
+                    [
+                        abs(scores[a][""][q][k] - scores[b][""][q][k])
+                        for i, a in enumerate(names)
+                        for b in names[i + 1 :]
+                    ]
+                )
+            )
+            for k in ("within_10", "kendall_tau")
+        }
+        for q in QUANTITIES
+    }
+    table = {}
+    for term in TERMS:
+        change = {
+            q: {
+                f"{k}_change": float(
+                    np.mean([scores[n][term][q][k] - scores[n][""][q][k] for n in names])
+                )
+                for k in ("within_10", "kendall_tau")
+            }
+            for q in QUANTITIES
+        }
+        cost = max(
+            -change[q]["within_10_change"] / max(spread[q]["within_10"], 1e-9) for q in QUANTITIES
+        )
+        table[term] = {
+            **change,
+            "cost_in_spreads": cost,
+            "decision": "keep" if cost > 1 else "remove",
+        }
+        print(
+            f"without {term:8s} "
+            + ", ".join(f"{q} {change[q]['within_10_change']:+.3f}" for q in QUANTITIES)
+            + f" ({cost:.2f} spreads)"
+        )
+    result = {
+        "calibrations": args.calibration,
+        "runs": args.runs,
+        "spread": spread,
+        "scores": scores,
+        "table": table,
+    }
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(
+        "spread "
+        + ", ".join(f"{q} {spread[q]['within_10']:.3f}" for q in QUANTITIES)
+        + f"; saved {args.out}"
+    )
+
+
+if __name__ == "__main__":
+    main()

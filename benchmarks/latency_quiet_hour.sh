@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The latency figures that need a quiet machine, in one hour, in one go (run nothing else):
+#
+#   1. two calibrations by this code (A, B: the ablation's yardstick is their spread) and one by
+#      the code before the latency room (`OLD`, today's predictor), each timed;
+#   2. one held-out run of bench_latency_accuracy.py (48 architectures no calibration saw);
+#   3. that run's timings priced on A, B and today's profile (side by side, same timings), and
+#      on the shipped `local` (new and old form);
+#   4. the machine's ceiling over the saved EPYC runs and this one (bench_latency_ceiling.py),
+#      with A, B (this code) and today's (the old code) read on it;
+#   5. the ablation of the kept terms from A's and B's raw timings (bench_latency_ablation.py).
+#
+# Usage, from the repository root with .venv set up (make setup), on the 2-vCPU EPYC VM the saved
+# ceiling runs were timed on:
+#
+#     bash benchmarks/latency_quiet_hour.sh [OUT_DIR]
+#
+# About an hour: 2 x ~5 min + ~15 min (the old calibration) + ~22 min (the held-out run) +
+# minutes of pricing. Everything lands in OUT_DIR (default /tmp/latency-quiet-hour); the last
+# step prints the figures for the benchmarks page.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/tmp/latency-quiet-hour}
+OLD_COMMIT=${OLD_COMMIT:-484a97f}  # the code before the latency room (issue-54's branch point)
+OLD=$OUT/archsearch-old
+PY=$PWD/.venv/bin/python
+AS=$PWD/.venv/bin/archsearch
+R=benchmarks/results
+mkdir -p "$OUT"
+[ -d "$OLD" ] || git worktree add --detach "$OLD" "$OLD_COMMIT"
+export ARCHSEARCH_DEVICE_DIR=$OUT/devices  # nothing lands in ~/.config
+old() { PYTHONPATH=$OLD "$@"; }  # the old code, same venv (its package shadows the editable one)
+
+timed() {  # timed NAME CMD...: run, and append "NAME seconds" to $OUT/seconds.txt
+  local name=$1 start=$SECONDS; shift
+  "$@"
+  echo "$name $((SECONDS - start))" >> "$OUT/seconds.txt"
+}
+
+: > "$OUT/seconds.txt"
+# 1. the calibrations: A and B by this code, today's by the old one
+timed calibrate_a "$AS" calibrate threads=1 output="$OUT/new_a.yaml" format=json > "$OUT/new_a.json"
+timed calibrate_b "$AS" calibrate threads=1 output="$OUT/new_b.yaml" format=json > "$OUT/new_b.json"
+timed calibrate_today old "$AS" calibrate threads=1 output="$OUT/today.yaml" format=json \
+  > "$OUT/today.json"
+
+# 2. the held-out run (its timings do not depend on the profile it is priced on)
+timed accuracy "$PY" benchmarks/bench_latency_accuracy.py --threads 1 --device "$OUT/new_a.yaml" \
+  --out "$OUT/run_new_a.json"
+
+# 3. the same timings on each profile
+"$PY" benchmarks/bench_latency_accuracy.py --rescore "$OUT/run_new_a.json" --device "$OUT/new_b.yaml" \
+  --out "$OUT/run_new_b.json"
+"$PY" benchmarks/bench_latency_accuracy.py --rescore "$OUT/run_new_a.json" --device local \
+  --out "$OUT/run_local_converted.json"
+old "$PY" "$OLD/benchmarks/bench_latency_accuracy.py" --rescore "$OUT/run_new_a.json" \
+  --device "$OUT/today.yaml" --out "$OUT/run_today.json"
+old "$PY" "$OLD/benchmarks/bench_latency_accuracy.py" --rescore "$OUT/run_new_a.json" \
+  --device local --out "$OUT/run_local_shipped.json"
+
+# 4. the ceiling: each architecture's median time in the other runs, over the saved EPYC runs
+# and this one; the profiles read on the same twelve runs
+RUNS=(
+  $R/latency_accuracy_epyc_2026-11-27_{epyc27v,edge,decode_rows,lm_head,lm_head_again}.json
+  $R/latency_accuracy_epyc_2026-11-27_batch8_glue{,_again}.json $R/latency_accuracy.json
+  $R/latency_accuracy_epyc_2026-11-28_steady_allocator{,_again,_third}.json
+  "$OUT/run_new_a.json"
+)
+"$PY" benchmarks/bench_latency_ceiling.py --runs "${RUNS[@]}" \
+  --device "$OUT/new_a.yaml" "$OUT/new_b.yaml" local --out "$OUT/ceiling_new.json"
+old "$PY" "$OLD/benchmarks/bench_latency_ceiling.py" --runs "${RUNS[@]}" \
+  --device "$OUT/today.yaml" local --out "$OUT/ceiling_today.json"
+
+# 5. the ablation of the kept terms, from A's and B's raw timings, on this hour's run
+"$PY" benchmarks/bench_latency_ablation.py --calibration "A=$OUT/new_a.json" "B=$OUT/new_b.json" \
+  --runs "$OUT/run_new_a.json" --out "$OUT/ablation_fresh.json"
+
+"$PY" - "$OUT" <<'EOF'
+"""The figures for the benchmarks page: calibration times, the side-by-side accuracy on the same
+timings, and each profile's share of the machine's ceiling."""
+import json
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+print("calibration wall time (s):", dict(line.split() for line in (out / "seconds.txt").read_text().splitlines()))
+print("held-out run, the same timings (within +-10%, Kendall tau):")
+for name in ("run_new_a", "run_new_b", "run_today", "run_local_converted", "run_local_shipped"):
+    s = json.loads((out / f"{name}.json").read_text())["summary"]
+    print(f"  {name:22s}" + "  ".join(
+        f"{q} {s[q]['within_10']:.3f} / {s[q]['kendall_tau']:.3f}" for q in ("ttft", "decode")))
+print("share of the machine's ceiling (mean over the twelve runs; this run alone):")
+for file in ("ceiling_new", "ceiling_today"):
+    c = json.loads((out / f"{file}.json").read_text())
+    for name, d in c["devices"].items():
+        shares = []
+        for q in ("ttft", "decode"):
+            ceil = c["ceiling"][q]
+            shares.append(f"{q} {d[q]['mean']['within_10'] / ceil['mean']['within_10']:.3f}; "
+                          f"{d[q]['per_run'][-1]['within_10'] / ceil['per_run'][-1]['within_10']:.3f}")
+        print(f"  {Path(name).stem:12s} " + "  ".join(shares))
+a = json.loads((out / "ablation_fresh.json").read_text())
+print("ablation (A, B): spread", {q: round(a["spread"][q]["within_10"], 3) for q in ("ttft", "decode")})
+for term, row in a["table"].items():
+    print(f"  without {term:8s}" + "  ".join(
+        f"{q} {row[q]['within_10_change']:+.3f}" for q in ("ttft", "decode")) + f"  -> {row['decision']}")
+EOF

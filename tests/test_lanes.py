@@ -1,0 +1,57 @@
+"""The test suite in lanes: `make test` runs every test, `make test-fast` those not marked
+`slow` (unit and property tests). The fast lane must still cover every package of the layer
+table: each has a test module that imports it and holds a test not marked slow."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from test_layering import LAYERS
+
+TESTS = Path(__file__).resolve().parent
+
+
+def fast_tests(tree: ast.Module, source: str) -> list[str]:
+    """The module's test functions not marked slow (by itself or by `pytestmark`)."""
+    if "pytestmark = pytest.mark.slow" in source:
+        return []
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name.startswith("test_")
+        and not any("mark.slow" in ast.unparse(d) for d in node.decorator_list)
+    ]
+
+
+def imported_units(tree: ast.Module) -> set[str]:
+    """The archsearch packages (layer units) a module imports, anywhere in it."""
+    out = set()
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out |= {n.split(".")[1] for n in names if n.startswith("archsearch.")}
+    return out
+
+
+COVERED: dict[str, list[str]] = {}
+for path in sorted(TESTS.glob("test_*.py")):
+    source = path.read_text()
+    tree = ast.parse(source)
+    if fast_tests(tree, source):
+        for unit in imported_units(tree):
+            COVERED.setdefault(unit, []).append(path.name)
+
+
+@pytest.mark.parametrize("unit", sorted(u for layer in LAYERS for u in layer))
+def test_the_fast_lane_covers_every_package(unit):
+    assert COVERED.get(unit), f"no test module with a fast test imports archsearch.{unit}"
+
+
+def test_the_makefile_runs_both_lanes():
+    makefile = (TESTS.parent / "Makefile").read_text()
+    assert '-m pytest -q -n 2 -m "not slow"' in makefile and "\ntest-fast:" in makefile
+    assert "$(PY) -m pytest -q -n 2\n" in makefile
