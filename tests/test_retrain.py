@@ -198,6 +198,7 @@ def test_confirm_picks_the_front_and_n_trials_spread_over_the_ranking(stand_in):
         assert all(j.train["budget"] == "tokens:2M" and j.budget_factor == 2.0 for j in jobs)
 
 
+@pytest.mark.slow
 def test_replicates_confirmations_and_exports_train_at_the_rate_the_search_chose(tmp_path):
     """A study whose trials searched their rates: every job that trains a trial again, and
     the recipe `export` writes, train at the trial's chosen rate without searching again."""

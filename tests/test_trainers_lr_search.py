@@ -136,6 +136,7 @@ def searched(cache_dir: str, **overrides) -> TrainConfig:
     return TrainConfig(**{**settings, **overrides})
 
 
+@pytest.mark.slow
 def test_a_trial_finds_the_rate_that_trains_counts_its_search_and_never_repeats_it(
     tmp_path, cache, monkeypatch
 ):
@@ -170,6 +171,7 @@ def test_a_trial_finds_the_rate_that_trains_counts_its_search_and_never_repeats_
     assert again.metrics["val_loss"] == pytest.approx(result.metrics["val_loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_search_killed_midway_resumes_after_its_finished_runs(tmp_path, cache, monkeypatch):
     arch, cfg = tiny_arch(), searched(cache)
     from archsearch.trainers import trial as T
@@ -197,6 +199,7 @@ def test_a_search_killed_midway_resumes_after_its_finished_runs(tmp_path, cache,
     assert result.lr_search["runs"][0]["score"] == first["metrics"]["val_loss"]
 
 
+@pytest.mark.slow
 def test_every_rate_failing_fails_the_trial_with_the_search_kept(tmp_path, cache):
     cfg = searched(cache, lr_grid=(1e8, 1e10))
     result = run_trial(tiny_arch(), cfg, run_dir=tmp_path)

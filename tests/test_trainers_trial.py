@@ -269,6 +269,7 @@ def re_search(pattern: str, text: str | None) -> bool:
     return bool(text and re.search(pattern, text))
 
 
+@pytest.mark.slow
 def test_a_probe_task_at_several_seeds_reports_their_mean_spread_and_whether_it_resolved(
     cfg, tmp_path
 ):
