@@ -93,11 +93,13 @@ def taus(pred: dict[str, float], truth: dict[str, float]) -> dict:
 
 
 def main() -> None:
+    import fair_truth
     import loss_truth
 
     archs = loss_truth.candidates("search_small")
     runs = losses()
-    sandbox = {lr: runs[(SANDBOX, 0, lr)] for lr in (1e-3, 2e-3, 3e-3, 4e-3, 8e-3, 1.6e-2)}
+    rates = (2.5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 4e-3, 8e-3, 1.6e-2)
+    sandbox = {lr: runs[(SANDBOX, 0, lr)] for lr in rates if (SANDBOX, 0, lr) in runs}
     ten_x = {lr: got for (b, s, lr), got in runs.items() if b == TEN_X and s == 0}
     # the fair 10x truth: the best of the rates trained at 10x, on the candidates that have
     # every one of them
@@ -112,28 +114,32 @@ def main() -> None:
             "budget": TEN_X,
             "rates": grid10,
             "candidates": len(truth),
-            "best_rate_counts": {f"{lr:g}": list(best10.values()).count(lr) for lr in grid10},
+            "best_rate_counts": {f"{lr:.0e}": list(best10.values()).count(lr) for lr in grid10},
         },
         "strategies": {},
     }
     full = [lr for lr in sandbox if len(sandbox[lr]) == len(archs)]
 
+    fixed10 = runs.get((TEN_X, 0, 3e-3), {})  # every candidate at 10x, at the space's rate
+
     def add(name: str, pred: dict[str, float], compute: float, **extra) -> None:
         row = {**taus(pred, truth), "compute": compute, **extra}
+        row["vs_10x_at_3e-3"] = taus(pred, fixed10)
         out["strategies"][name] = row
         print(
-            f"{name:<28} tau {row['kendall_tau']:+.3f}  spearman {row['spearman']:+.3f}  "
-            f"n {row['n']:>2}  compute {compute:.2f}x",
+            f"{name:<30} tau {row['kendall_tau']:+.3f}  spearman {row['spearman']:+.3f}  "
+            f"n {row['n']:>2}  compute {compute:.2f}x  | vs 10x at 3e-3: tau "
+            f"{row['vs_10x_at_3e-3']['kendall_tau']:+.3f} (n {row['vs_10x_at_3e-3']['n']})",
             flush=True,
         )
 
     for lr in full:
-        add(f"fixed {lr:g}", sandbox[lr], 1.0)
-    oracle_grid = [lr for lr in full if lr != 3e-3]
+        add(f"fixed {lr:.0e}", sandbox[lr], 1.0)
+    oracle_grid = [lr for lr in full if lr in fair_truth.GRID]
     if oracle_grid:
         chosen = {h: min(oracle_grid, key=lambda lr: sandbox[lr][h]) for h in archs}
         pred = {h: sandbox[chosen[h]][h] for h in archs}
-        counts = {f"{lr:g}": list(chosen.values()).count(lr) for lr in oracle_grid}
+        counts = {f"{lr:.0e}": list(chosen.values()).count(lr) for lr in oracle_grid}
         add("oracle (best of grid)", pred, float(len(oracle_grid)), rates=counts)
         classes: dict = defaultdict(list)
         for h, a in archs.items():
@@ -149,17 +155,19 @@ def main() -> None:
             continue
         pred = {h: sandbox[p[0]][h] for h, p in picked.items() if p[0] in sandbox}
         compute = 1.0 + float(np.mean([p[1] for p in picked.values()]))
-        counts = {f"{lr:g}": sum(p[0] == lr for p in picked.values()) for lr in SEARCH_GRID}
-        add(f"halving share {share:g}", pred, compute, rates=counts)
-    noise = seed_noise(runs)
-    if noise:
-        out["seed_noise_fixed_3e-3"] = noise
-        print(f"seed noise at 3e-3: Kendall tau between seeds {noise['kendall_tau']:.3f}")
+        counts = {f"{lr:.0e}": sum(p[0] == lr for p in picked.values()) for lr in SEARCH_GRID}
+        add(f"halving within {share:.0%}", pred, compute, rates=counts)
+    for lr in (3e-3, 1e-3):
+        noise = seed_noise(runs, lr)
+        if noise:
+            out.setdefault("seed_noise", {})[f"fixed {lr:.0e}"] = noise
+            print(f"seed noise at {lr:.0e}: Kendall tau between seeds {noise['kendall_tau']:.3f}")
     OUT.write_text(json.dumps(out, indent=1) + "\n")
 
 
-def seed_noise(runs: dict) -> dict | None:
-    seeds = [runs.get((SANDBOX, s, 3e-3), {}) for s in (0, 1, 2)]
+def seed_noise(runs: dict, lr: float) -> dict | None:
+    """Kendall tau between every pair of seeds at the sandbox budget and rate `lr`."""
+    seeds = [runs.get((SANDBOX, s, lr), {}) for s in (0, 1, 2)]
     pairs = [(a, b) for i, a in enumerate(seeds) for b in seeds[i + 1 :] if len(a) and len(b)]
     if not pairs:
         return None

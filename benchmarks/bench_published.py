@@ -45,13 +45,16 @@ WIKITEXT = ROOT.parent / "shared" / "data" / "wikitext-2"
 
 
 def recipe(mode: str, seed: int, data: list[str]) -> dict:
-    """The default space's training recipe on `data`, fixed rate or fair trials."""
+    """The default space's training recipe on `data`: `fixed` (its rate), `fixed@R` (rate R)
+    or `fair` (fair trials, `lr_search: halving`)."""
     from archsearch.space import load_space
 
     train = dict(load_space("tiny").train)
     train.update(data=data, seed=seed, threads=1)
     if mode == "fair":
         train["lr_search"] = "halving"
+    elif mode.startswith("fixed@"):
+        train["lr"] = float(mode.removeprefix("fixed@"))
     return train
 
 
@@ -221,7 +224,8 @@ def report() -> dict:
     runs = load()
     out: dict = {}
     for key, table in TABLES.items():
-        for part, mode in itertools.product(("lm", "probes"), ("fixed", "fair")):
+        modes = sorted({r["mode"] for r in runs})
+        for part, mode in itertools.product(("lm", "probes"), modes):
             if part == "probes" and not table.recall_column:
                 continue
             got = table_figures(table, runs, part, mode)
@@ -246,7 +250,7 @@ def report() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", choices=("lm", "probes"))
-    ap.add_argument("--mode", choices=("fixed", "fair"))
+    ap.add_argument("--mode", help="fixed (the space's rate), fixed@RATE or fair")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument(

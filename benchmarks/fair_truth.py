@@ -29,7 +29,8 @@ SEARCH_GRID = (1e-3, 2e-3, 4e-3, 8e-3)  # the product's default lr_grid
 
 PLANS = {
     "sandbox": [("search_small", SANDBOX, 0, lr) for lr in GRID],
-    "sandbox_seeds": [("search_small", SANDBOX, s, lr) for s in (1, 2) for lr in GRID],
+    "sandbox_low": [("search_small", SANDBOX, 0, lr) for lr in (2.5e-4, 5e-4)],
+    "sandbox_seeds": [("search_small", SANDBOX, s, 1e-3) for s in (1, 2)],
     "ten_x": [("search_small", TEN_X, 0, lr) for lr in (2e-3, 6e-3)],  # with 3e-3: loss_truth
     "ten_x_edges": [("search_small", TEN_X, 0, lr) for lr in (1e-3, 1.6e-2)],
     # the short runs of `lr_search: halving` over SEARCH_GRID within a share of the sandbox

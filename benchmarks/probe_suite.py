@@ -32,4 +32,6 @@ def probe_recipe(mode: str, seed: int) -> dict:
     }
     if mode == "fair":
         out["lr_search"] = "halving"
+    elif mode.startswith("fixed@"):
+        out["lr"] = float(mode.removeprefix("fixed@"))
     return out
