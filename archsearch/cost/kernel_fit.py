@@ -845,7 +845,8 @@ def pooled_check(
     out = {}
     left_out = len(measured) - held_out
     for i, quantity in enumerate(("ttft", "decode")):
-        err = np.array([abs(p[i] / m[i] - 1) for m, p in zip(measured, predicted)])
+        signed = np.array([p[i] / m[i] - 1 for m, p in zip(measured, predicted)])
+        err = np.abs(signed)
         what = (
             f"{held_out} held-out whole models no calibration step timed (prompt "
             f"{VALIDATION_PROMPT}, context {VALIDATION_CONTEXT})"
@@ -856,6 +857,7 @@ def pooled_check(
                 "without it"
             )
         out[quantity] = _check(err, what, ["fp32"])  # the kernel predictor prices fp32 only
+        out[quantity]["held_out"] = {"fp32": _signed(signed)}  # one run: shared conditions
         ws = np.array([w[i] for w in working], dtype=np.float64)
         banded = capacity > 0 and quantity in BANDED
         bands = _bands(ws, err, [e * capacity for e in BAND_EDGES]) if banded else None
@@ -914,8 +916,10 @@ def precision_check(
     ) + (f"; not run in {dtype}: {'; '.join(skipped)}" if skipped else "")
     out = {}
     for i, quantity in enumerate(("ttft", "decode")):
-        err = np.array([abs(p[i] / m[i] - 1) for m, p in ran])
+        signed = np.array([p[i] / m[i] - 1 for m, p in ran])
+        err = np.abs(signed)
         out[quantity] = _check(err, what, covers)
+        out[quantity]["held_out"] = {precision: _signed(signed)}
     return out, raw
 
 
@@ -930,6 +934,11 @@ def _check(err: np.ndarray, method: str, precisions: list[str]) -> dict[str, Any
         "bound": round(p90_bound(err), 4),
         "precisions": list(precisions),
     }
+
+
+def _signed(errors: np.ndarray) -> list[float]:
+    """Signed held-out errors as a check stores them (`held_out`, read by `cost.order`)."""
+    return [round(float(e), 4) for e in errors]
 
 
 def p90_bound(err: np.ndarray, confidence: float = 0.9) -> float:
