@@ -111,6 +111,11 @@ def resolve_sampler(name: Sampler, space: SearchSpace, latency: LatencyMode) -> 
     return Sampler.ehvi
 
 
+def startup_trials(n_trials: int) -> int:
+    """Trials `tpe` and `gp` draw before they model anything (a third of a short sweep)."""
+    return max(4, min(10, n_trials // 3))
+
+
 def make_sampler(
     name: Sampler, seed: int, n_trials: int, space: SearchSpace | None = None, device: str = ""
 ):
@@ -121,14 +126,18 @@ def make_sampler(
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    startup = startup_trials(n_trials)
     if name == Sampler.tpe:
         return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            group=True,
-            constant_liar=True,
-            n_startup_trials=max(4, min(10, n_trials // 3)),
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=startup
         )
+    if name == Sampler.gp:  # Optuna's GP; conditional parameters drawn by the tpe path's TPE
+        from archsearch.sweep.gp import GPSearch
+
+        tpe = optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=startup
+        )
+        return GPSearch(seed, startup, tpe)
     if name == Sampler.ehvi:
         from archsearch.sweep.ehvi import EHVISampler
 
