@@ -126,6 +126,21 @@ class ParetoConfig:
 
 
 @dataclass
+class InsightsConfig:
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    device: list[str] | None = MISSING
+    fronts: list[str] | None = MISSING
+    metrics: list[str] = field(default_factory=lambda: MISSING)
+    resamples: int = MISSING
+    importance_resamples: int = MISSING
+    seed: int = MISSING
+    out: str | None = MISSING
+    plots: bool = MISSING
+    format: Format = MISSING
+
+
+@dataclass
 class ExportConfig:
     study: str | None = MISSING
     study_name: str | None = MISSING
@@ -201,6 +216,7 @@ SCHEMAS: dict[str, type] = {
     "prune": PruneConfig,
     "calibrate": CalibrateConfig,
     "pareto": ParetoConfig,
+    "insights": InsightsConfig,
     "export": ExportConfig,
     "dashboard": DashboardConfig,
     "profile": ProfileConfig,
