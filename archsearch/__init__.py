@@ -16,6 +16,26 @@ commands that need neither torch nor ray (`archsearch space ...`) start quickly.
 - `archsearch.sweep`: Ray Tune + Optuna sweeps stored in a relational database.
 - `archsearch.analysis`: Pareto fronts, plots, reports, export and the dashboard.
 - `archsearch.cli`: the `archsearch` command line.
+
+From a notebook: `archsearch.open_study(path_or_url)` (`archsearch.analysis.notebook`), a
+stored study as pandas DataFrames and plotly figures.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from archsearch.analysis.notebook import Study
+
 __version__ = "0.1.0"
+__all__ = ["__version__", "open_study"]
+
+
+def open_study(path_or_url: str, study_name: str | None = None) -> Study:
+    """A stored study for a notebook (`archsearch.analysis.notebook.open_study`): its trials,
+    fronts and what it learned as DataFrames, its figures as plotly objects. Imported on first
+    use, so `import archsearch` stays light."""
+    from archsearch.analysis.notebook import open_study as _open
+
+    return _open(path_or_url, study_name)
