@@ -35,9 +35,9 @@ import numpy as np
 
 from archsearch.analysis.design import INACTIVE, Design, Observed
 
-__all__ = ["RESAMPLES", "TREES", "Importance", "importances"]
+__all__ = ["RESAMPLES", "TREES", "Importance", "importances", "level_key"]
 
-RESAMPLES = 40  # bootstrap resamples (each a fANOVA fit of TREES trees)
+RESAMPLES = 30  # bootstrap resamples (each a fANOVA fit of TREES trees)
 TREES = 16  # trees per fit (Optuna's default is 64: the resamples average the forest out)
 
 
@@ -62,12 +62,12 @@ def importances(
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     rows = np.flatnonzero(obs.has_value)
-    factors = [f for f in d.factors if len({_key(f.values[i]) for i in rows}) > 1]
+    factors = [f for f in d.factors if len({level_key(f.values[i]) for i in rows}) > 1]
     if len(rows) < 3 or not factors:
         return []
     dists, params = {}, [dict() for _ in rows]
     for f in factors:
-        shown = [_key(f.values[i]) for i in rows]
+        shown = [level_key(f.values[i]) for i in rows]
         if f.slope:  # a number of many values: inactive at its lowest
             x = [float(f.values[i]) if f.values[i] is not None else None for i in rows]
             low = min(v for v in x if v is not None)
@@ -123,14 +123,14 @@ def importances(
     for f in factors:
         d_ = np.array(draws[f.name]) if draws[f.name] else np.array([np.nan])
         lo, hi = np.nanpercentile(d_, [2.5, 97.5]) if np.isfinite(d_).any() else (np.nan, np.nan)
-        levels = len({_key(f.values[i]) for i in rows})
+        levels = len({level_key(f.values[i]) for i in rows})
         out.append(
             Importance(obs.label, f.name, point.get(f.name, 0.0), float(lo), float(hi), levels)
         )
     return sorted(out, key=lambda i: -i.share)
 
 
-def _key(v) -> str:
+def level_key(v) -> str:
     """A level as the evaluator sees it (strings; the inactive level "-")."""
     if v is None:
         return INACTIVE

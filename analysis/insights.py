@@ -36,6 +36,7 @@ from archsearch.analysis.front import (
     predict_axes,
     resolve_axis,
 )
+from archsearch.analysis.importance import RESAMPLES as IMPORTANCE_RESAMPLES
 from archsearch.analysis.importance import Importance, importances
 from archsearch.analysis.noise import NOT_MEASURED
 from archsearch.analysis.pareto import Pareto, analyse
@@ -223,7 +224,7 @@ def insights(
     fronts: list[str] | None = None,
     extra: list[str] = (),
     resamples: int = RESAMPLES,
-    importance_resamples: int | None = None,
+    importance_resamples: int = IMPORTANCE_RESAMPLES,
     seed: int = 0,
 ) -> Insights:
     """What `data` learned (see the module docstring): objectives on `devices`, fronts on
@@ -253,12 +254,7 @@ def insights(
         objectives.append(
             ObjectiveInsights(
                 obs,
-                importances(
-                    d,
-                    obs,
-                    **({} if importance_resamples is None else {"resamples": importance_resamples}),
-                    seed=seed,
-                ),
+                importances(d, obs, resamples=importance_resamples, seed=seed),
                 main_effects(d, obs, **kw),
                 find_interactions(d, obs, **kw),
                 model_size(d, obs),

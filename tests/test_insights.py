@@ -293,3 +293,42 @@ def test_a_study_without_trained_trials_or_of_another_tool_is_refused(tmp_path, 
         assert err.count("\n") == 0 and says in err, err
         assert not out.exists()
     assert np.isfinite(plain.best_value)  # the other tool's study is as it was
+
+
+def test_the_dashboard_answers_what_the_study_learned(planted):
+    """The served page offers it, and its route answers for a device of the study, and one
+    line (400) for a device it does not know."""
+    import select
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+    from pathlib import Path
+
+    run, _ = planted
+    exe = str(Path(sys.executable).with_name("archsearch"))
+    proc = subprocess.Popen(
+        [exe, "dashboard", f"study={run}", "port=0", "format=json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        urls = json.loads(proc.stdout.readline()) if ready else None
+        assert urls, "the dashboard did not start"
+        page = urllib.request.urlopen(urls["archsearch"], timeout=60).read().decode()
+        assert 'id="learn"' in page and "What the study learned" in page
+        api = urls["archsearch"] + "/api/insights?device="
+        body = json.loads(urllib.request.urlopen(api + "rpi5", timeout=120).read())
+        titles = [title for title, _ in body["sections"]]
+        assert titles[:3] == ["What the analysis stands on", "val_loss", "decode_ms@rpi5"]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(api + "mars", timeout=60)
+        assert (
+            e.value.code == 400 and "unknown device 'mars'" in json.loads(e.value.read())["error"]
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
