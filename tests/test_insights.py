@@ -219,6 +219,7 @@ def test_the_command_prints_statements_and_writes_plots_and_files(planted, tmp_p
     got = json.loads(capsys.readouterr().out)
     assert got["trials"] == 48 and got["devices"] == ["rpi5"]
     assert [f["device"] for f in got["fronts"]] == ["rpi5", "jetson_orin_nx"]  # every priced
+    assert [o["objective"] for o in got["objectives"]] == ["val_loss", LATENCY]
     assert any("not resolved at this budget" in s for s in got["statements"])
     for key in ("report_md", "report_html", "json", f"effects_png:{LATENCY}"):
         assert (out / got["files"][key].split("/")[-1]).exists(), key
@@ -226,6 +227,17 @@ def test_the_command_prints_statements_and_writes_plots_and_files(planted, tmp_p
     assert (
         json.loads((out / "insights.json").read_text())["objectives"][0]["objective"] == "val_loss"
     )
+
+
+def test_devices_are_named_as_a_comma_list(planted, capsys):
+    run, _ = planted
+    args = ["insights", f"study={run}", "plots=false", "resamples=50", "importance_resamples=0"]
+    assert main([*args, "device=jetson_orin_nx,rpi5", "fronts=rpi5", "format=json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["devices"] == ["jetson_orin_nx", "rpi5"]
+    assert [f["device"] for f in got["fronts"]] == ["rpi5"]
+    jetson = LATENCY.replace("rpi5", "jetson_orin_nx")
+    assert [o["objective"] for o in got["objectives"]] == ["val_loss", jetson, LATENCY]
 
 
 def test_plots_draw_every_factor_and_effect(planted):
@@ -261,7 +273,7 @@ def test_the_front_report_and_the_dashboard_say_what_the_study_learned(tmp_path)
 
 BAD = [
     (["device=mars"], "device"),
-    (["fronts=[rpi5,mars]"], "fronts"),
+    (["fronts=rpi5,mars"], "fronts"),
     (["resamples=10"], "resamples"),
     (["metrics=[nonsense]"], "metrics"),
 ]

@@ -130,10 +130,8 @@ def insights_cmd(_sub: str | None, cfg: Any) -> int:
             key="study",
         )
     data.require_trained()
-    devices = [str(d) for d in (cfg.device or [])] or [study_device(None, data)]
-    fronts = [str(d) for d in (cfg.fronts or [])] or (
-        devices if cfg.device else _priced(data, devices[0])
-    )
+    devices = _names(cfg.device) or [study_device(None, data)]
+    fronts = _names(cfg.fronts) or (devices if cfg.device else _priced(data, devices[0]))
     for key, names in (("device", devices), ("fronts", fronts)):
         for name in names:
             load_device(name, key=key)
@@ -167,6 +165,11 @@ def insights_cmd(_sub: str | None, cfg: Any) -> int:
             con.print(escape(f"{k + ':':<13}{path}"))
         con.print(escape(f"{'plots:':<13}{len(files) - len(shown)} files beside them"))
     return 0
+
+
+def _names(given: str | None) -> list[str]:
+    """`rpi5,jetson_orin_nx` -> the device names, in order, once each."""
+    return list(dict.fromkeys(d.strip() for d in str(given or "").split(",") if d.strip()))
 
 
 def _priced(data, first: str) -> list[str]:

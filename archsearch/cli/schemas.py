@@ -129,8 +129,8 @@ class ParetoConfig:
 class InsightsConfig:
     study: str | None = MISSING
     study_name: str | None = MISSING
-    device: list[str] | None = MISSING
-    fronts: list[str] | None = MISSING
+    device: str | None = MISSING  # one device, or several: rpi5,jetson_orin_nx
+    fronts: str | None = MISSING
     metrics: list[str] = field(default_factory=lambda: MISSING)
     resamples: int = MISSING
     importance_resamples: int = MISSING
