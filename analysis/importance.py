@@ -24,7 +24,8 @@ intervals show how stable the split is.
 
 **Intervals**: the 2.5 and 97.5 percentiles of the normalised importance over `RESAMPLES`
 resamples of the trials (with replacement; a trial's seeds resampled too), each evaluated by a
-forest of `TREES` trees with its own seed: the interval covers both the data and the forest.
+forest of `TREES` trees with its own seed: the interval covers both the data and the forest. A
+study of more than `MAX_TRIALS` trained trials is sampled down to that many first.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = ["RESAMPLES", "TREES", "Importance", "importances", "level_key"]
 
 RESAMPLES = 30  # bootstrap resamples (each a fANOVA fit of TREES trees)
 TREES = 16  # trees per fit (Optuna's default is 64: the resamples average the forest out)
+MAX_TRIALS = 2000  # a larger study's importances are those of a seeded sample of its trials
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def importances(
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     rows = np.flatnonzero(obs.has_value)
+    if len(rows) > MAX_TRIALS:  # a forest per resample: a seeded sample of a large study
+        rows = np.sort(np.random.default_rng(seed).choice(rows, MAX_TRIALS, replace=False))
     factors = [f for f in d.factors if len({level_key(f.values[i]) for i in rows}) > 1]
     if len(rows) < 3 or not factors:
         return []

@@ -344,3 +344,24 @@ def test_the_dashboard_answers_what_the_study_learned(planted):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+def test_a_large_study_s_importances_come_from_a_sample_of_its_trials(planted, monkeypatch):
+    """Above `MAX_TRIALS` trained trials the forests see a seeded sample of them."""
+    from archsearch.analysis import importance
+
+    run, _ = planted
+    d = design(load(str(run)))
+    o = observe(d, "val_loss", "minimize")
+    seen = []
+    real = optuna.importance.get_param_importances
+
+    def spy(study, **kw):
+        seen.append(len(study.trials))
+        return real(study, **kw)
+
+    monkeypatch.setattr(importance, "MAX_TRIALS", 30)
+    monkeypatch.setattr(optuna.importance, "get_param_importances", spy)
+    got = importance.importances(d, o, resamples=3)
+    assert seen == [30] * 4
+    assert got[0].factor == "quality" and abs(sum(i.share for i in got) - 1) < 1e-6
