@@ -158,6 +158,9 @@ def _fit(
     """The least-squares fit of `obs` on `x` (an intercept first, then `columns`) on the
     trials with a value (and `among` them, a mask), and its bootstrap draws."""
     rows = np.flatnonzero(obs.has_value & (True if among is None else among))
+    if len(rows) < 2:  # nothing to fit, nothing to resample
+        none = np.full(x.shape[1], np.nan)
+        return _Fit(columns, none, np.full((resamples, x.shape[1]), np.nan), none > 0, rows)
     x = x[rows]
     seeds = [obs.seeds[i] for i in rows]
     std = obs.std[rows]

@@ -365,3 +365,19 @@ def test_a_large_study_s_importances_come_from_a_sample_of_its_trials(planted, m
     got = importance.importances(d, o, resamples=3)
     assert seen == [30] * 4
     assert got[0].factor == "quality" and abs(sum(i.share for i in got) - 1) < 1e-6
+
+
+def test_a_study_of_three_trials_says_it_is_too_few(tmp_path):
+    """What a sweep of three trained trials writes at its end: no effect, every level too few,
+    nothing raised."""
+    path = tmp_path / "three.db"
+    make_planted_study(path, seed=1, extras=False)
+    data = load(f"sqlite:///{path}")
+    data.records = [r for r in data.records if r.number in (0, 1, 17)]
+    got = insights(data, ["rpi5"], fronts=["rpi5"], resamples=50, importance_resamples=2)
+    assert len(got.design.trials) == 3
+    effects = [e for o in got.objectives for e in o.effects]
+    assert effects and not any(e.resolved for e in effects)
+    assert {e.status for e in effects} <= {"too few trained trials", "too few trials"}
+    assert not [i for o in got.objectives for i in o.interactions]
+    assert "3 fully trained feasible architectures" in got.statements()[0]
