@@ -228,7 +228,8 @@ def insights(
     seed: int = 0,
 ) -> Insights:
     """What `data` learned (see the module docstring): objectives on `devices`, fronts on
-    `fronts` (default: the same devices)."""
+    `fronts` (default: the same devices), which front neighbour is faster on those of
+    `fronts` that are in `devices`."""
     data.require_trained()
     d = design(data)
     if not d.factors:
@@ -265,7 +266,8 @@ def insights(
         axes = default_axes(data.objectives, data.directions, device)
         p = analyse(data, device, axes)
         comps.append(composition(d, p))
-        ordering += sorted(ordered(p), key=lambda o: (o.label, o.values[0]))
+        if device in devices:  # the front's order on the devices the objectives are read on
+            ordering += sorted(ordered(p), key=lambda o: (o.label, o.values[0]))
     notes = []
     if corrected:
         notes += [f"{label}: {how}" for label, how in corrected.items()]
