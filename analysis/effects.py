@@ -26,11 +26,14 @@ effect at `linear`.
 **Intervals** are percentile intervals (95%) over `RESAMPLES` bootstrap resamples: the trials
 drawn with replacement (each resample refitted); within a trial its seeds drawn with
 replacement where it has replicates (so replicates narrow the intervals as they should), and a
-predicted loss moved by a normal draw of its own 1-sigma error. A coefficient a resample cannot
-identify (its level was not drawn) is left out of that resample; one identified in fewer than
-half of them is "too few trials". An effect is resolved when its interval excludes 0, else it
-is "not resolved at this budget". A level with fewer than `design.MIN_TRIALS` trained trials is
-never an effect ("too few trained trials").
+predicted loss moved by a normal draw of its own 1-sigma error. The resampled coefficients'
+spread around the estimate is widened by sqrt(n / (n - p)) for a model of p coefficients on n
+trials, the degrees of freedom the fit used up (HC1's correction of a sandwich variance; the
+coverage on planted studies is in `benchmarks/bench_insights.py`'s results). A coefficient a
+resample cannot identify (its level was not drawn) is left out of that resample; one
+identified in fewer than half of them is "too few trials". An effect is resolved when its
+interval excludes 0, else it is "not resolved at this budget". A level with fewer than
+`design.MIN_TRIALS` trained trials is never an effect ("too few trained trials").
 """
 
 from __future__ import annotations
@@ -182,6 +185,10 @@ def _fit(
             y[noisy] = np.log(np.maximum(moved, 1e-300)) if obs.ratio else moved
         b, got = _solve(x, y, w)
         draws[k, got] = b[got]
+    # resampled fits spread as the residuals do, which a fit of p coefficients to n trials
+    # shrinks by sqrt((n - p) / n): undone as HC1 undoes it for a sandwich variance
+    inflate = np.sqrt(n / max(n - np.linalg.matrix_rank(x), 1))
+    draws = estimate + (draws - estimate) * inflate
     return _Fit(columns, estimate, draws, ok, rows)
 
 
@@ -228,14 +235,24 @@ def _columns(d: Design, has: np.ndarray, extra: list[tuple[tuple, np.ndarray]] =
 
 
 def _nested_reference(d: Design, f: Factor, level: Any) -> str:
-    """For a level that activates other (conditional) factors: 'at <their references>'."""
+    """For a level that activates other (conditional) factors: 'at <their references>'. A
+    factor counts as activated by `f` when its activity follows `f`'s level in every trial
+    (active at all trials of a level, or at none), as a `when:` on `f` makes it."""
     on = f.indicator(level) > 0
-    if not on.any():
+    if f.slope or not on.any():
         return ""
+
+    def follows(g: Factor) -> bool:
+        return all(len(set(g.active[f.indicator(lv) > 0].tolist())) <= 1 for lv in f.levels)
+
     under = [
         g
         for g in d.factors
-        if g.name != f.name and not g.active.all() and g.active[on].all() and not g.slope
+        if g.name != f.name
+        and not g.slope
+        and not g.active.all()
+        and g.active[on].all()
+        and follows(g)
     ]
     return ", ".join(f"{g.name}={g.level_text(g.reference)}" for g in under)
 

@@ -470,9 +470,13 @@ def composition_lines(ins: Insights) -> list[str]:
     return lines
 
 
+SHOWN_CHANGES = 5  # levels whose share of the front moves most, per pair of devices
+
+
 def device_changes(fronts: list[Composition], d: Design) -> list[str]:
-    """What changes between devices: levels whose share of the front differs, and the trials
-    that enter or leave it."""
+    """What changes from the first device to each other: the trials that enter or leave the
+    front, and the `SHOWN_CHANGES` levels whose share of the front moves most (front places
+    with that level over the front's size; a level that is not a parameter's "-")."""
     if len(fronts) < 2:
         return []
     lines = []
@@ -487,11 +491,18 @@ def device_changes(fronts: list[Composition], d: Design) -> list[str]:
         for f in d.factors:
             for lv in sorted(set(base.counts.get(f.name, {})) | set(c.counts.get(f.name, {}))):
                 a, b = base.level_share(f.name, lv)[0], c.level_share(f.name, lv)[0]
-                if a != b:
-                    moved.append(f"{f.name}={lv} {a} -> {b}")
+                shift = b / max(len(c.front), 1) - a / max(len(base.front), 1)
+                if a != b and lv != "-":
+                    moved.append(
+                        (
+                            -abs(shift),
+                            f"{f.name}={lv} {a} of {len(base.front)} -> {b} of {len(c.front)}",
+                        )
+                    )
+        shown = [text for _, text in sorted(moved)[:SHOWN_CHANGES]]
         lines.append(
             f"{c.device} vs {base.device}: the front gains {_numbers(gained)} and loses "
-            f"{_numbers(lost)}; on the front {', '.join(moved) or 'the same levels'}"
+            f"{_numbers(lost)}; the levels that move most: {'; '.join(shown) or 'none'}"
         )
     return lines
 

@@ -136,7 +136,8 @@ def test_fronts_by_factor_and_what_changes_between_devices(planted):
     on_jetson = jetson.level_share("layers.mixer", "linear")[0]
     assert on_rpi5 > on_jetson and rpi5.level_share("layers.mixer", "linear")[1] == 32
     text = "\n".join(ins.statements())
-    assert f"layers.mixer=linear {on_rpi5} -> {on_jetson}" in text
+    n_rpi5, n_jetson = len(rpi5.front), len(jetson.front)
+    assert f"layers.mixer=linear {on_rpi5} of {n_rpi5} -> {on_jetson} of {n_jetson}" in text
     # which neighbour is faster, beside each one's +-, from the profile's held-out pairs
     assert ins.ordering and all(0.5 <= o.confidence < 1 for o in ins.ordering)
     assert "is faster than" in text and "held-out pairs" in text
