@@ -193,7 +193,7 @@ async function learn() {{
   const body = await res.json();
   el("insights").innerHTML = res.ok ? body.sections.map((s) => "<h3>" + esc(s[0]) + "</h3><ul>"
     + s[1].map((line) => "<li>" + esc(line) + "</li>").join("") + "</ul>").join("")
-    : "<p class=\"error\">" + esc(body.error) + "</p>";
+    : '<p class="error">' + esc(body.error) + "</p>";
   el("insights").dataset.ready = res.ok ? "1" : "error";
 }}
 el("learn").addEventListener("click", learn);
