@@ -96,8 +96,9 @@ def test_the_view_holds_completed_trials_and_every_other_tried_assignment_once()
 @pytest.mark.parametrize("latency", [LatencyMode.predicted, LatencyMode.measured])
 def test_auto_stays_where_the_benchmark_puts_it(latency):
     """`auto` picks `ehvi` where it applies (benchmarks/results/search_efficiency_one_at_a_time
-    *.json: ahead of `gp` at a quarter of the compute in the mean and the lowest seed on both
-    spaces), else `tpe`; `gp` is chosen by name."""
+    *.json: ahead of `gp` at a quarter of the compute in the mean and the lowest seed on every
+    recording of both spaces), else `tpe` (`gp` was not ahead of it in every real sweep, and
+    costs seconds per suggestion: docs/benchmarks/samplers.md); `gp` is chosen by name."""
     space = load_space("tiny")
     want = Sampler.ehvi if latency == LatencyMode.predicted else Sampler.tpe
     assert resolve_sampler(Sampler.auto, space, latency) == want
