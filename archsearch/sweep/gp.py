@@ -6,10 +6,9 @@ Optuna's GP models the trials that completed. A sweep prices every suggestion be
 it, and tells one that breaks a constraint, cannot be built or repeats an architecture at once,
 PRUNED: the GP never sees it, and its constraint model sees only feasible trials (a constraint
 is learned from completed trials' `Trial.set_constraint` values). With nothing new to fit, the
-GP's next proposal is the same one: on `benchmarks/spaces/search_small.yaml`, after its startup
-trials, Optuna's GPSampler proposed one infeasible candidate (4 layers, width 128, a linear
-mixer, over the 700K-parameter limit) 190 times in a row; a sweep gives up after
-`searcher.SKIP_LIMIT` such suggestions and ends "exhausted".
+GP's next proposal is the same one, again and again (an infeasible candidate over a parameter
+limit, say), until the sweep gives up after `searcher.SKIP_LIMIT` such suggestions and ends
+"exhausted" (measured: `bench_search_efficiency.py --samplers gp_optuna`).
 
 So the GP answers each suggestion on a view of the study kept in memory (never stored): the
 completed trials with their values and constraints, and every trial that did not complete
