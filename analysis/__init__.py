@@ -10,9 +10,15 @@ Modules, lowest first (each imports only those above it):
 - `pareto`: `analyse(...) -> Pareto`, one front with everything the table, plots and reports show;
 - `front_table`: the front as text (columns, cells, facts, export commands), shared by the
   report files, the dashboard and the console table;
+- what a study learned: `design` (the trials an analysis of effects uses, the factors and
+  their levels, each objective's observations), `importance` (Optuna's fANOVA per objective
+  with bootstrap intervals), `effects` (main effects and two-way interactions with bootstrap
+  intervals), `insights` (all of it with the front by factor per device and which front
+  neighbour is faster, worded), `insight_plots` and `insight_report` (its figures and files);
 - `plots`: the PNG and interactive HTML figures; `report`: the files `archsearch pareto` and a
   finished sweep write (plots, Markdown/HTML reports, front.json);
 - `export`: a trial as an ArchConfig preset and a Hugging Face-style config.json;
+- `notebook`: `open_study`, the study as pandas DataFrames and plotly figures for Jupyter;
 - `dashboard`: optuna-dashboard plus the archsearch front page;
 - `profile`: measured vs predicted memory, latency and throughput ([MCSD] Figs. 5-8); its
   entry points (`profile`, `plot_all`, `summary_rows`) stay in the module, whose name the

@@ -6,7 +6,8 @@ attributes (status, reason, summary, family, costs, ...). What it lacks for this
 as the page `/archsearch`: the front on any device profile (the stored cost numbers for
 another device, or the cost model for one the sweep did not price), any pair or triple of
 axes, points coloured by mixer family or by attention share, the infeasible and untrained
-trials marked, and the front's table with the command that exports each trial. The page
+trials marked, the front's table with the command that exports each trial, and, on request,
+what the study learned on that device (`archsearch.analysis.insights`). The page
 reads the study again when a trial has been added or has ended since the last draw (one query
 tells), so it follows a sweep that is still running, and redraws a large study at once.
 
@@ -39,6 +40,7 @@ from archsearch.analysis.front_table import (
     row_cell,
     shown_note,
 )
+from archsearch.analysis.insights import insights
 from archsearch.analysis.pareto import analyse, choose_axes
 from archsearch.analysis.plots import front_figure
 from archsearch.errors import UserError
@@ -151,6 +153,11 @@ cache_bytes@bits:8, active_params, probe_acc@recall</small>
 <div id="front"></div>
 <table id="table"></table>
 <div id="confirm"></div>
+<h2>What the study learned</h2>
+<p><button id="learn">compute on this device</button> <small>effects and importances of
+every searched parameter with 95% bootstrap intervals (seconds); every figure and plot:
+<code>archsearch insights</code></small></p>
+<div id="insights"></div>
 <script>
 const el = (id) => document.getElementById(id);
 async function draw() {{
@@ -185,6 +192,16 @@ function esc(s) {{
   return String(s).replace(/[&<>"]/g, (c) => ({{"&": "&amp;", "<": "&lt;", ">": "&gt;",
     '"': "&quot;"}})[c]);
 }}
+async function learn() {{
+  el("insights").textContent = "computing...";
+  const res = await fetch("{PAGE}/api/insights?device=" + encodeURIComponent(el("device").value));
+  const body = await res.json();
+  el("insights").innerHTML = res.ok ? body.sections.map((s) => "<h3>" + esc(s[0]) + "</h3><ul>"
+    + s[1].map((line) => "<li>" + esc(line) + "</li>").join("") + "</ul>").join("")
+    : '<p class="error">' + esc(body.error) + "</p>";
+  el("insights").dataset.ready = res.ok ? "1" : "error";
+}}
+el("learn").addEventListener("click", learn);
 el("controls").addEventListener("submit", (ev) => {{ ev.preventDefault(); draw(); }});
 draw();
 </script></body></html>
@@ -222,6 +239,34 @@ class Answers:
                 )
             return self.payloads[key]
 
+    def learned(self, device: str) -> str:
+        """What the study learned on `device` (`insights_payload`), once per study version."""
+        with self.lock:
+            if self.data is None or self.data.current_version() != self.data.version:
+                self.data, self.payloads = load(self.url, self.study_name), {}
+            key = (("insights", device),)
+            if key not in self.payloads:
+                self.payloads[key] = insights_payload(self.data, device)
+            return self.payloads[key]
+
+
+def insights_payload(data: StudyData, device: str) -> str:
+    """The JSON of the page's "What the study learned": its sections of statements on
+    `device` (`archsearch.analysis.insights`, with the report's resamples)."""
+    from archsearch.analysis.report import REPORT_IMPORTANCE_RESAMPLES, REPORT_RESAMPLES
+
+    known = allowed_devices(data.meta)
+    if device not in known:
+        raise UserError(f"unknown device {device!r} (known: {', '.join(known)})", key="device")
+    got = insights(
+        data,
+        [device],
+        fronts=[device],
+        resamples=REPORT_RESAMPLES,
+        importance_resamples=REPORT_IMPORTANCE_RESAMPLES,
+    )
+    return json.dumps({"device": device, "sections": got.sections()})
+
 
 def make_app(storage, url: str, study_name: str, home: Path | None = None):
     """optuna-dashboard's WSGI app on `storage` (`archsearch.study.open_storage(url)`) with the
@@ -246,6 +291,16 @@ def make_app(storage, url: str, study_name: str, home: Path | None = None):
 
         bottle.response.content_type = "application/javascript"
         return get_plotlyjs()
+
+    @app.get(f"{PAGE}/api/insights")
+    def api_insights() -> str:
+        bottle.response.content_type = "application/json"
+        device = bottle.request.query.getunicode("device") or default_device
+        try:
+            return answers.learned(device)
+        except UserError as err:
+            bottle.response.status = 400
+            return json.dumps({"error": str(err)})
 
     @app.get(f"{PAGE}/api/front")
     def api_front() -> str:

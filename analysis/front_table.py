@@ -63,6 +63,10 @@ def front_columns(p: Pareto) -> list[tuple[str, str]]:
             for a in p.axes
             if _predicted(a.label)
         ],
+        *[
+            (f"{label}:faster_than_next", f"P(faster than next) {parse_label(label)[0]}")
+            for label in p.faster_than_next
+        ],
         *seed_columns(p),
         ("params", "params"),
         ("active_params", "active"),
@@ -134,6 +138,8 @@ def format_cell(label: str, v: Any, error: float | None = None) -> str:
         return (shown + (f" +{len(v) - 3} more" if len(v) > 3 else "")) if v else "-"
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
+    if label.endswith(":faster_than_next"):  # [next trial, P(this one is faster)]
+        return f"{v[1]:.2f} vs #{v[0]}" if v[1] is not None else "-"
     if label.endswith((":std_error", ":predicted_std")):
         return f"+-{v:.2g}"
     if label.endswith(":seeds"):

@@ -10,6 +10,7 @@ tied with the points that dominate it (`Pareto.ties`).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -78,6 +79,35 @@ class Pareto:
         return {label: e for label, e in out.items() if e is not None}
 
     @cached_property
+    def faster_than_next(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per predicted-latency axis whose profile keeps held-out pairs
+        (`archsearch.cost.order`): for each front point, the next slower front point on that
+        axis (its trial number; -1 for the slowest and off the front) and the chance the
+        profile orders the two right, P(faster), from their predicted ratio (nan elsewhere):
+        what the +- of each, overlapping, does not say."""
+        from archsearch.cost.order import spec_ordering
+        from archsearch.metrics import MetricSpec
+
+        out = {}
+        front = np.flatnonzero(self.on_front)
+        for k, a in enumerate(self.axes):
+            try:
+                ordering = spec_ordering(MetricSpec.parse(a.label))
+            except ValueError:
+                ordering = None
+            if ordering is None:
+                continue
+            nxt = np.full(len(self.trained), -1)
+            odds = np.full(len(self.trained), np.nan)
+            ranked = front[np.argsort(self.values[front, k], kind="stable")]
+            ranked = ranked[np.isfinite(self.values[ranked, k]) & (self.values[ranked, k] > 0)]
+            for i, j in itertools.pairwise(ranked):
+                nxt[i] = self.trained[j].number
+                odds[i] = ordering.confidence(self.values[i, k] / self.values[j, k])
+            out[a.label] = (nxt, odds)
+        return out
+
+    @cached_property
     def proxies(self) -> Proxies:
         """Rank correlations of the study's training objectives with its cheap signals
         (`archsearch.analysis.proxies`), over `trained`."""
@@ -121,12 +151,22 @@ class Pareto:
             "params": value_of(r, "params", objectives),
             "active_params": value_of(r, "active_params", objectives),
             self.kv_label: value_of(r, self.kv_label, objectives),
+            **self.order_cells(r),
             **self.seed_cells(r),
             **{
                 f"{label}:predicted_std": got.get("std")
                 for label, got in (r.attrs.get("predicted") or {}).items()
                 if label in {a.label for a in self.axes} and isinstance(got, dict)
             },
+        }
+
+    def order_cells(self, r: TrialRecord) -> dict[str, Any]:
+        """A front point's `faster_than_next` per latency axis: [next trial, P(faster)]."""
+        i = self._index[r.number]
+        return {
+            f"{label}:faster_than_next": [int(nxt[i]), _number(odds[i])]
+            for label, (nxt, odds) in self.faster_than_next.items()
+            if nxt[i] >= 0
         }
 
     def seed_cells(self, r: TrialRecord) -> dict[str, Any]:

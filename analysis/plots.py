@@ -468,11 +468,26 @@ class _Hover:
         self.notes = [_error_note(p, a.label) for a in p.axes]  # one profile read per axis
         self.trained = np.array(
             [
-                self.text(r, v, "front" if on else "trained", self.seeds(r), self.errors(k))
+                self.text(
+                    r,
+                    v,
+                    "front" if on else "trained",
+                    [*self.order(k), *self.seeds(r)],
+                    self.errors(k),
+                )
                 for k, (r, v, on) in enumerate(zip(p.trained, p.values, p.on_front))
             ],
             dtype=str,
         )
+
+    def order(self, k: int) -> list[str]:
+        """A front point's chance of being faster than the next slower one on each latency
+        axis (`Pareto.faster_than_next`), beside the +- of each."""
+        return [
+            f"faster than #{nxt[k]} (next on the front) on {label}: P = {odds[k]:.2f}"
+            for label, (nxt, odds) in self.p.faster_than_next.items()
+            if nxt[k] >= 0
+        ]
 
     def errors(self, k: int) -> list[str]:
         """Trained trial k's note per axis: ' (+-14%)' on a latency axis with its own error."""

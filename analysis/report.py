@@ -1,5 +1,6 @@
 """The files `archsearch pareto` and a finished sweep write: the plots, a Markdown and an HTML
-report listing the front's full configurations, and front.json. Printing them is the command
+report listing the front's full configurations and what the study learned (its section of
+`archsearch.analysis.insights`), and front.json. Printing them is the command
 line's (`archsearch.cli.analysis_cmd.print_front`)."""
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from archsearch.analysis.front_table import (
     seed_noise_lines,
     shown_note,
 )
+from archsearch.analysis.insight_report import SECTION_LINES, markdown_section
+from archsearch.analysis.insights import Insights, insights
 from archsearch.analysis.pareto import Pareto, analyse, choose_axes
 from archsearch.arch import ArchConfig
 from archsearch.errors import UserError
 from archsearch.metrics import parse_label
 from archsearch.study import StudyData, TrialRecord, load
+
+REPORT_RESAMPLES = 200  # the report's section: `archsearch insights` takes more
+REPORT_IMPORTANCE_RESAMPLES = 10
 
 __all__ = [
     "SweepFront",
@@ -75,22 +81,51 @@ def default_out_dir(p: Pareto) -> Path:
     return base / f"{names}-{digest}"
 
 
+def learned(p: Pareto) -> Insights | None:
+    """What the study learned, for the report's section: effects with `REPORT_RESAMPLES`
+    resamples, importances with `REPORT_IMPORTANCE_RESAMPLES` (`archsearch insights` takes
+    more); None where it cannot say (no searched parameter stored)."""
+    try:
+        return insights(
+            p.study,
+            [p.device],
+            fronts=[p.device],
+            resamples=REPORT_RESAMPLES,
+            importance_resamples=REPORT_IMPORTANCE_RESAMPLES,
+        )
+    except UserError:
+        return None
+
+
 def write_outputs(p: Pareto, out_dir: Path) -> dict[str, Path]:
     """front.png, front.html, hypervolume.png, report.md, report.html and front.json."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    study = learned(p)
     files = {
         "png": plots.front_png(p, out_dir / "front.png"),
         "html": plots.front_html(p, out_dir / "front.html"),
         "hypervolume_png": plots.hypervolume_png(p, out_dir / "hypervolume.png"),
     }
     files["report_md"] = out_dir / "report.md"
-    files["report_md"].write_text(markdown_report(p))
+    files["report_md"].write_text(markdown_report(p, study))
     files["report_html"] = out_dir / "report.html"
-    files["report_html"].write_text(html_report(p))
+    files["report_html"].write_text(html_report(p, study))
     files["json"] = out_dir / "front.json"
     summary = {**p.summary(), "proxies": p.proxies.summary()}
     files["json"].write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
     return files
+
+
+def _learned_html(study: Insights | None) -> str:
+    if study is None:
+        return ""
+    e = html.escape
+    parts = ["<h2>What the study learned</h2>"]
+    for title, lines in study.sections():
+        parts.append(f"<h3>{e(title)}</h3><ul>")
+        parts += [f"<li>{e(line)}</li>" for line in lines[:SECTION_LINES]]
+        parts.append("</ul>")
+    return "".join(parts)
 
 
 def _jsonable(v: Any) -> Any:
@@ -109,7 +144,7 @@ def _resolved_yaml(r: TrialRecord) -> str:
         return f"# the stored architecture does not read as one: {err}\n"
 
 
-def markdown_report(p: Pareto) -> str:
+def markdown_report(p: Pareto, study: Insights | None = None) -> str:
     cols = front_columns(p)
     lines = [f"# Pareto front of `{p.study.name}` on `{p.device}`", ""]
     lines += [f"- **{k}**: {v}" for k, v in front_facts(p)]
@@ -136,7 +171,10 @@ def markdown_report(p: Pareto) -> str:
     lines += ["## Cheap signals against the sandbox loss", ""]
     lines += [f"- {line}" for line in findings] + ["", "| " + " | ".join(titles) + " |"]
     lines += ["|" + "---|" * len(titles)] + ["| " + " | ".join(r) + " |" for r in proxy_rows]
-    lines += ["", *confirm.markdown_section(p.study), "## Configurations", ""]
+    lines += ["", *confirm.markdown_section(p.study)]
+    if study is not None:
+        lines += markdown_section(study)
+    lines += ["## Configurations", ""]
     if shown_note(p, SHOWN_CONFIGS):
         lines += [f"The first {SHOWN_CONFIGS}; `archsearch export` writes any other.", ""]
     for r, v in p.front[:SHOWN_CONFIGS]:
@@ -155,7 +193,7 @@ def markdown_report(p: Pareto) -> str:
     return "\n".join(lines)
 
 
-def html_report(p: Pareto) -> str:
+def html_report(p: Pareto, study: Insights | None = None) -> str:
     e = html.escape
     cols = front_columns(p)
     facts = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in front_facts(p))
@@ -211,6 +249,7 @@ pre {{ background: #f6f6f6; padding: 0.8em; font-size: 0.85em; }}
 {noise}
 {proxies}
 {confirm.html_section(p.study)}
+{_learned_html(study)}
 <h2>Configurations</h2>
 {configs}
 </body></html>

@@ -20,7 +20,11 @@
      draw is trained to the end, infeasible or not);
    - ehvi: cost pruning + expected hypervolume improvement over the cost model's known
      objectives (`sampler=ehvi`, archsearch/sweep/ehvi.py), no early stopping;
-   - ehvi_pareto: the same with Pareto-aware early stopping.
+   - ehvi_pareto: the same with Pareto-aware early stopping;
+   - gp: cost pruning + Optuna's Gaussian-process sampler (`sampler=gp`, archsearch/sweep/gp.py:
+     log-EHVI over both objectives, the study's untried trials as pending points), no early
+     stopping;
+   - nsga2: cost pruning + Optuna's NSGA-II, no early stopping.
    Compute spent is the tokens actually trained (a stopped trial counts what it ran). After each
    trial, the hypervolume of the feasible, fully trained front found so far is computed with the
    ground-truth reference point.
@@ -29,16 +33,20 @@ every candidate once (a sweep stops at `--trials` trained trials, so its later s
 front), a PNG of the curves, and JSON; for Pareto stopping also how many trials it stopped and
 whether any was on the true front.
 
-A second check (`--one-at-a-time`, seconds): the samplers one pick at a time in Optuna alone,
-on the space's ground truth and, for search_small, on the recordings of other seeds and of 10x
-the budget (benchmarks/results/loss_axis_truth.jsonl, written by benchmarks/loss_truth.py),
-after a quarter of the candidates' trainings. `--space` names another enumerable space
+A second check (`--one-at-a-time`, minutes): the samplers one pick at a time in Optuna alone
+(`SAMPLERS`: ehvi, gp, tpe, nsga2, random as the sweep builds them, and Optuna's GPSampler as it
+comes), on the space's ground truth and, for search_small, on the recordings of other seeds and
+of 10x the budget (benchmarks/results/loss_axis_truth.jsonl, written by
+benchmarks/loss_truth.py), after a quarter of the candidates' trainings, with the sampler's wall
+time per suggestion. `--space` names another enumerable space
 (benchmarks/spaces/search_mixers.yaml: other mixers, widths and depths); its ground truth and
 results are kept in files named after it.
 
     python benchmarks/bench_search_efficiency.py --truth   # once (minutes)
     python benchmarks/bench_search_efficiency.py           # the comparison (5 seeds)
     python benchmarks/bench_search_efficiency.py --one-at-a-time --seeds 10
+    python benchmarks/bench_search_efficiency.py --strategies gp,nsga2 --seeds 10
+    python benchmarks/bench_search_efficiency.py --gp-cost    # gp's time per suggestion
     python benchmarks/bench_search_efficiency.py --space benchmarks/spaces/search_mixers.yaml \
         --one-at-a-time --seeds 10
 """
@@ -113,6 +121,8 @@ STRATEGIES = {  # name -> (sampler, early stopping, constraints kept)
     "random": ("random", "none", False),
     "ehvi": ("ehvi", "none", True),
     "ehvi_pareto": ("ehvi", "pareto", True),
+    "gp": ("gp", "none", True),
+    "nsga2": ("nsga2", "none", True),
 }
 
 
@@ -243,18 +253,49 @@ def recordings() -> dict[str, dict[str, float]]:
     return out
 
 
-def one_pick_at_a_time(seeds: int) -> dict:
+# the samplers `--one-at-a-time` compares, archsearch's (`sampler=NAME`); `--samplers gp_optuna`
+# runs Optuna's GPSampler as it comes (`sampler=gp` without the view of what was tried)
+SAMPLERS = ("ehvi", "gp", "tpe", "nsga2", "random")
+SWEEP_TRIALS = {"search_small": 16, "search_mixers": 20}  # as the sweeps of the tables ask
+
+
+def make(name: str, space, seed: int):
+    """A sampler of `--one-at-a-time` (see `SAMPLERS`), as the sweep makes it."""
+    import optuna
+
+    from archsearch.sweep.ehvi import EHVISampler
+    from archsearch.sweep.runner import make_sampler, startup_trials
+    from archsearch.sweep.settings import Sampler
+
+    trials = SWEEP_TRIALS.get(SPACE.stem, 16)
+    if name == "ehvi":
+        return EHVISampler(space, "rpi5", seed)
+    if name == "gp_optuna":
+        return optuna.samplers.GPSampler(
+            seed=seed,
+            independent_sampler=make_sampler(Sampler.tpe, seed, trials),
+            n_startup_trials=startup_trials(trials),
+            warn_independent_sampling=False,
+        )
+    return make_sampler(Sampler(name), seed, trials)
+
+
+def one_pick_at_a_time(
+    seeds: int, samplers: tuple[str, ...] = SAMPLERS, skip_limit: int = 500
+) -> dict:
     """The samplers on each recording, one pick at a time in Optuna alone (no Ray, no early
     stopping; an infeasible or repeated ask told PRUNED, as the sweep does): the share of the
-    true hypervolume after a quarter of the candidates' trainings, mean and lowest over seeds."""
+    true hypervolume after a quarter of the candidates' trainings, mean and lowest over seeds,
+    and the sampler's wall time: per ask (Optuna's `ask` and the space's define-by-run
+    suggestions; pricing and telling are the sweep's, not the sampler's) and per training
+    (every ask it took to reach a new feasible candidate). A seed that gets `skip_limit`
+    untrainable suggestions in a row stops there, stalled (the sweep gives up after
+    `searcher.SKIP_LIMIT`, 500), with the front it found."""
     import optuna
 
     from archsearch.analysis.hypervolume import hypervolume
     from archsearch.space import parse_space_file, suggest
-    from archsearch.sweep.ehvi import EHVISampler
     from archsearch.sweep.pricing import assess
-    from archsearch.sweep.runner import make_sampler
-    from archsearch.sweep.settings import Sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = parse_space_file(SPACE)
@@ -272,34 +313,130 @@ def one_pick_at_a_time(seeds: int) -> dict:
         ref = pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0))
         whole = hypervolume(pts, ref)
         got_by = {}
-        for name in ("ehvi", "tpe", "random"):
-            shares = []
+        for name in samplers:
+            if name == "gp_optuna" and label != "ground truth":
+                continue  # it shows the stall; once is enough
+            shares, seconds, asks, stalled = [], [], 0, 0
             for s in range(seeds):
-                sampler = (
-                    EHVISampler(space, "rpi5", s)
-                    if name == "ehvi"
-                    else make_sampler(Sampler(name), s, 16)
-                )
+                sampler = make(name, space, s)
                 study = optuna.create_study(directions=["minimize"] * 2, sampler=sampler)
                 picked: list[str] = []
-                while len(picked) < min(picks, len(truth)):
+                skipped = 0  # untrainable suggestions in a row
+                while len(picked) < min(picks, len(truth)) and skipped < skip_limit:
+                    t0 = time.perf_counter()  # the sampler's share of one ask: ask + suggest
                     trial = study.ask()
-                    got = assess(space, [], "rpi5", suggest(space, trial))
+                    params = suggest(space, trial)
+                    seconds.append(time.perf_counter() - t0)
+                    got = assess(space, [], "rpi5", params)
+                    for key, v in (got.priced.violations if got.priced else {}).items():
+                        trial.set_constraint(key, v)  # as the sweep's writer stores them
                     h = got.priced.arch.arch_hash if got.status is None else None
                     if h not in truth or h in picked:
                         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                        skipped += 1
                         continue
                     study.tell(trial, list(truth[h]))
                     picked.append(h)
+                    skipped = 0
+                stalled += skipped >= skip_limit
+                asks += len(study.trials)
                 shares.append(hypervolume(np.array([truth[h] for h in picked]), ref) / whole)
-            got_by[name] = {"mean": float(np.mean(shares)), "lowest": float(np.min(shares))}
+            got_by[name] = {
+                "mean": float(np.mean(shares)),
+                "lowest": float(np.min(shares)),
+                "by_seed": [float(x) for x in shares],
+                "asks_per_training": asks / (seeds * picks),
+                "seconds_per_ask": float(np.mean(seconds)),
+                "seconds_per_ask_max": float(np.max(seconds)),
+                "seconds_per_training": float(np.sum(seconds)) / (seeds * picks),
+                "stalled_seeds": stalled,  # seeds that gave up: skip_limit untrainable in a row
+            }
         out[label] = {"picks": picks, "feasible_recorded": len(truth), **got_by}
         print(
             f"{SPACE.stem}, {label} ({len(truth)} feasible recorded): after {picks} trainings "
-            + ", ".join(f"{k} {v['mean']:.3f} ({v['lowest']:.3f})" for k, v in got_by.items()),
+            + ", ".join(
+                f"{k} {v['mean']:.3f} ({v['lowest']:.3f}; {v['seconds_per_training'] * 1e3:.0f} "
+                f"ms/training, {v['asks_per_training']:.1f} asks)"
+                for k, v in got_by.items()
+            ),
             flush=True,
         )
     return out
+
+
+GP_COST_TRIALS = (10, 25, 50, 100, 200, 400)
+
+
+def gp_cost(asks: int = 3) -> dict:
+    """The `gp` sampler's wall time per suggestion against the completed trials it fits: a
+    study of the `tiny` space with n completed trials (random feasible candidates, the
+    synthetic loss and the predicted latency), then `asks` suggestions timed."""
+    import optuna
+
+    from archsearch.space import load_space, suggest
+    from archsearch.sweep.pricing import assess
+    from archsearch.sweep.runner import make_sampler
+    from archsearch.sweep.settings import Sampler
+    from archsearch.sweep.testing import synthetic_loss
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = load_space("tiny")
+    out = {}
+    for n in GP_COST_TRIALS:
+        study = optuna.create_study(
+            directions=["minimize"] * 2, sampler=optuna.samplers.RandomSampler(seed=n)
+        )
+        while len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) < n:
+            trial = study.ask()
+            got = assess(space, [], "rpi5", suggest(space, trial))
+            if got.status is not None:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            for key, v in got.priced.violations.items():
+                trial.set_constraint(key, v)
+            latency = got.priced.value(space.objectives[1].spec, "rpi5")
+            study.tell(trial, [synthetic_loss(got.priced.arch.to_dict()), latency])
+        study.sampler = make_sampler(Sampler.gp, 0, n)
+        seconds = []
+        for _ in range(asks):
+            t0 = time.perf_counter()
+            trial = study.ask()
+            suggest(space, trial)
+            seconds.append(time.perf_counter() - t0)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        out[str(n)] = {"mean_s": float(np.mean(seconds)), "max_s": float(np.max(seconds))}
+        print(f"gp with {n} completed trials: {np.mean(seconds):.2f} s per suggestion", flush=True)
+    return out
+
+
+def provenance(seconds: float) -> dict:
+    """What a result file records of how it was made: the command, the machine, the date."""
+    import platform
+    import sys
+    from datetime import datetime, timezone
+
+    cpu = next(
+        (ln.split(":", 1)[1].strip() for ln in _lines("/proc/cpuinfo") if "model name" in ln),
+        platform.processor(),
+    )
+    return {
+        "command": "python " + " ".join(sys.argv),
+        "machine": {
+            "cpu": cpu,
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "load_avg_at_end": list(os.getloadavg()),
+        },
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(seconds, 1),
+    }
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
 
 
 def main() -> None:
@@ -310,6 +447,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=16)
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--samplers", default=",".join(SAMPLERS), help="for --one-at-a-time")
+    ap.add_argument(
+        "--skip-limit", type=int, default=100, help="--one-at-a-time: untrainable asks in a row"
+    )
+    ap.add_argument("--tag", default="", help="--one-at-a-time: a suffix of the result file")
+    ap.add_argument(
+        "--gp-cost", action="store_true", help="only: gp's seconds per suggestion by trials fitted"
+    )
     ap.add_argument("--space", default=str(SPACE), help="an enumerable space file")
     ap.add_argument(
         "--one-at-a-time",
@@ -323,10 +468,20 @@ def main() -> None:
         TRUTH = HERE / "results" / f"search_truth{SUFFIX}.json"
     if args.truth or not TRUTH.exists():
         ground_truth(args.workers)
+    if args.gp_cost:
+        t0 = time.time()
+        got = gp_cost()
+        path = HERE / "results" / "search_efficiency_gp_cost.json"
+        path.write_text(json.dumps({**provenance(time.time() - t0), "by_trials": got}, indent=1))
+        print(f"saved {path}")
+        return
     if args.one_at_a_time:
-        got = one_pick_at_a_time(args.seeds)
-        path = HERE / "results" / f"search_efficiency_one_at_a_time{SUFFIX}.json"
-        path.write_text(json.dumps({"space": SPACE.stem, "seeds": args.seeds, **got}, indent=1))
+        t0 = time.time()
+        got = one_pick_at_a_time(args.seeds, tuple(args.samplers.split(",")), args.skip_limit)
+        tag = f"_{args.tag}" if args.tag else ""
+        path = HERE / "results" / f"search_efficiency_one_at_a_time{SUFFIX}{tag}.json"
+        head = {"space": SPACE.stem, "seeds": args.seeds, **provenance(time.time() - t0)}
+        path.write_text(json.dumps({**head, **got}, indent=1))
         print(f"saved {path}")
         return
     truth = json.loads(TRUTH.read_text())
@@ -340,6 +495,7 @@ def main() -> None:
     shares = (0.25, 0.5, 1.0)
     results = {}
     for strategy in args.strategies.split(","):
+        started = time.time()
         curves, per_seed, stopped, stopped_on_front = [], [], 0, 0
         for seed in range(args.seeds):
             t0 = time.time()
@@ -371,6 +527,7 @@ def main() -> None:
             },
             "stopped_early": stopped,
             "stopped_on_true_front": stopped_on_front,
+            "measured": provenance(time.time() - started),  # this strategy's run
         }
     out = HERE / "results" / f"search_efficiency{SUFFIX}.json"
     if out.exists():  # strategies not run this time keep their figures from the same setting

@@ -32,7 +32,8 @@ PLANS = {
     "sandbox_low": [("search_small", SANDBOX, 0, lr) for lr in (2.5e-4, 5e-4)],
     "sandbox_seeds": [("search_small", SANDBOX, s, 1e-3) for s in (1, 2)],
     "ten_x": [("search_small", TEN_X, 0, lr) for lr in (2e-3, 6e-3)],  # with 3e-3: loss_truth
-    "ten_x_edges": [("search_small", TEN_X, 0, lr) for lr in (1e-3, 1.6e-2)],
+    # where 6e-3 is the best of the 10x grid, the grid goes on up
+    "ten_x_high": [("search_small", TEN_X, 0, 1.2e-2)],
     # the short runs of `lr_search: halving` over SEARCH_GRID within a share of the sandbox
     # budget (78 steps): shares 0.15, 0.5 and 1 train 1 + 2, 4 + 8 and 9 + 18 steps
     "short": [

@@ -252,9 +252,10 @@ def main() -> None:
         print("validation:")
         for q, v in res["validation"].items():
             figs = ", ".join(f"{k}: {v[k]}" for k in ("mape", "within_10", "p90", "n"))
+            held = ", ".join(f"{p}: {e}" for p, e in v["held_out"].items())
             print(
                 f'  {q}: {{{figs}, method: "{v["method"]}", precisions: '
-                f"[{', '.join(v['precisions'])}]}}"
+                f"[{', '.join(v['precisions'])}], held_out: {{{held}}}}}"
             )
     path = Path(__file__).parent / "results" / "edge_fit.json"
     path.parent.mkdir(exist_ok=True)

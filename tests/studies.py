@@ -3,7 +3,8 @@
 `make_study` writes a study into an SQLite file through the sweep's own writer
 (`archsearch.study.StudyWriter`) and pricing (`archsearch.sweep.pricing.price`), without Ray or
 training: candidates come from the `tiny` space, the loss from
-`archsearch.sweep.testing.synthetic_loss`. Statuses follow a fixed plan, so a test knows what
+`archsearch.sweep.testing.synthetic_loss`; each trial stores its searched parameters as the
+sweep's define-by-run suggestions do. Statuses follow a fixed plan, so a test knows what
 to expect: candidates that break a constraint are `infeasible`; of the others, every 5th is
 `stopped_early`, every 7th `failed`, the rest `trained`; the first trained architecture is then
 suggested once more and recorded as a `duplicate` (PRUNED, the first one's values in
@@ -66,13 +67,15 @@ def make_study(
                 else Status.TRAINED
             )
         values = [synthetic_loss(cand.arch.to_dict()), priced.device_costs[device][OBJECTIVES[1]]]
-        number = _add(writer, priced, status, values, priced.violations, lr_search)
+        number = _add(
+            writer, priced, status, values, priced.violations, lr_search, cand.assignment, space
+        )
         written.setdefault(status.value, []).append(number)
         if status == Status.TRAINED and first_trained is None:
-            first_trained = (priced, values)
+            first_trained = (priced, values, cand.assignment)
     if first_trained is not None:
-        priced, values = first_trained
-        n_dup = _add(writer, priced, Status.DUPLICATE, values, {})
+        priced, values, assignment = first_trained
+        n_dup = _add(writer, priced, Status.DUPLICATE, values, {}, False, assignment, space)
         written.setdefault(Status.DUPLICATE.value, []).append(n_dup)
     return {"url": url, "name": name, "objectives": list(meta.objectives), "by_status": written}
 
@@ -83,9 +86,24 @@ def searched_rate(number: int) -> float:
 
 
 def _add(
-    writer: StudyWriter, priced, status: Status, values, violations, lr_search: bool = False
+    writer: StudyWriter,
+    priced,
+    status: Status,
+    values,
+    violations,
+    lr_search: bool = False,
+    assignment: dict[str, Any] | None = None,
+    space=None,
 ) -> int:
+    """One trial as the sweep writes it: its searched parameters suggested define-by-run (the
+    `assignment`, enqueued), its constraints, then how it ended."""
+    if assignment is not None:
+        from archsearch.space import suggest
+
+        writer.study.enqueue_trial(assignment)
     trial = writer.ask()
+    if assignment is not None:
+        suggest(space, trial)
     writer.set_constraints(trial, violations)
     reason = "" if status == Status.TRAINED else f"synthetic {status.value}"
     keep = status in (Status.TRAINED, Status.DUPLICATE)
@@ -112,3 +130,148 @@ def records_so_far(run_dir: Path, name: str, url: str | None = None) -> list:
     with contextlib.suppress(Exception):
         return records(optuna.load_study(study_name=name, storage=open_storage(url)))
     return []
+
+
+# ---- a study with planted effects -----------------------------------------------------------------
+
+LATENCY = "decode_ms[rpi5,context=1024,precision=fp16]"
+PREDICTED = "val_loss[tokens=10M]"
+# what `make_planted_study` plants: the loss in nats/token, the latency as a factor
+PLANTED = {
+    "quality=high": +0.10,  # the loss only
+    "speed=fast": 0.70,  # the latency only (x0.70: -30%), on both devices
+    "layers.mixer=linear": +0.02,  # the loss, at linear.family=gla
+    "linear.family=retnet": -0.05,  # the loss, among linear mixers only
+    "quality=high x layers.mixer=linear": +0.08,  # the loss: high costs 0.18 with a linear mixer
+    "width=128": -0.04,  # the loss; the latency x1.5
+}
+PLANTED_CHOICES = {
+    "width": (64, 128),
+    "layers.mixer": ("attention", "linear"),
+    "linear.family": ("gla", "retnet"),
+    "quality": ("base", "high"),
+    "speed": ("slow", "fast"),
+    "noise": ("a", "b"),  # does nothing
+}
+
+
+def planted_loss(params: dict[str, Any]) -> float:
+    """The planted loss of an assignment, before seed noise."""
+    high = params["quality"] == "high"
+    linear = params["layers.mixer"] == "linear"
+    return (
+        3.0
+        + PLANTED["quality=high"] * high
+        + PLANTED["layers.mixer=linear"] * linear
+        + PLANTED["linear.family=retnet"] * (params.get("linear.family") == "retnet")
+        + PLANTED["quality=high x layers.mixer=linear"] * (high and linear)
+        + PLANTED["width=128"] * (params["width"] == 128)
+    )
+
+
+def planted_latency(params: dict[str, Any], device: str, jitter: float) -> float:
+    """Its latency (ms): attention is slower on rpi5, a linear mixer on jetson_orin_nx, so
+    the fronts of the two devices differ; `jitter` a per-architecture factor near 1."""
+    slow_mixer = "attention" if device == "rpi5" else "linear"
+    return (
+        1.0
+        * (PLANTED["speed=fast"] if params["speed"] == "fast" else 1.0)
+        * (1.5 if params["width"] == 128 else 1.0)
+        * (1.6 if params["layers.mixer"] == slow_mixer else 1.0)
+        * jitter
+    )
+
+
+def make_planted_study(
+    path: Path,
+    *,
+    sigma: float = 0.02,
+    replicates: int = 0,
+    single_objective: bool = False,
+    seed: int = 0,
+    rare: bool = False,
+    extras: bool = True,
+    predicted_std: float | None = None,
+) -> dict[str, Any]:
+    """Write a study whose effects are known (`PLANTED`) into the SQLite file `path`, through
+    the sweep's writer: the full factorial of `PLANTED_CHOICES` (48 architectures, `linear.family`
+    active for linear mixers only), each trained once with seed noise N(0, sigma) on the loss,
+    and `replicates` more seeds of each (Status.REPLICATE). The latency is exact up to a fixed
+    +-3% per architecture. With `extras`, trials the analysis must leave out: one stopped early,
+    one failed, one infeasible, one duplicate. With `rare`, one more factor `rare` whose level
+    `yes` only one trial has. `single_objective`: the loss alone. With `predicted_std`, each
+    trained trial stores `PREDICTED` (its loss 0.3 lower, as at a 10x budget) with that
+    1-sigma error, and a value moved by a draw of it."""
+    import itertools
+
+    import numpy as np
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    rng = np.random.default_rng(seed)
+    objectives = ["val_loss"] if single_objective else ["val_loss", LATENCY]
+    meta = StudyMeta(
+        objectives=objectives,
+        directions=["minimize"] * len(objectives),
+        space="planted",
+        device="rpi5",
+        devices=["rpi5", "jetson_orin_nx"],
+        train={"budget": "tokens:100K"},
+    )
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{Path(path).resolve()}"
+    writer, _ = StudyWriter.create_or_open(open_storage(url), "planted", meta)
+    choices = dict(PLANTED_CHOICES, **({"rare": ("no", "yes")} if rare else {}))
+    dists = {k: CategoricalDistribution(list(v)) for k, v in choices.items()}
+    names = [k for k in choices if k != "linear.family"]
+    number, trained = 0, []
+    for values in itertools.product(*(choices[k] for k in names)):
+        base = dict(zip(names, values))
+        if rare and base["rare"] == "yes" and number != 5:
+            continue
+        families = choices["linear.family"] if base["layers.mixer"] == "linear" else (None,)
+        for family in families:
+            params = {**base, **({"linear.family": family} if family else {})}
+            if rare and number == 5:
+                params["rare"] = "yes"
+            jitter = float(rng.uniform(0.97, 1.03))
+            costs = {
+                d: {LATENCY.replace("rpi5", d): planted_latency(params, d, jitter)}
+                for d in meta.devices
+            }
+            loss = planted_loss(params) + float(rng.normal(0.0, sigma))
+            value = [loss] if single_objective else [loss, costs["rpi5"][LATENCY]]
+            attrs = {
+                "arch_hash": f"h{number:03d}",
+                "device_costs": costs,
+                "family": params["layers.mixer"],
+            }
+            if predicted_std is not None:
+                moved = loss - 0.3 + float(rng.normal(0.0, predicted_std))
+                attrs["predicted"] = {PREDICTED: {"value": moved, "std": predicted_std}}
+            writer.add_finished(
+                Status.TRAINED, "", attrs, value, {}, params, {k: dists[k] for k in params}
+            )
+            trained.append((number, params))
+            number += 1
+    for n, params in trained[:] if replicates else []:
+        for k in range(replicates):
+            loss = planted_loss(params) + float(rng.normal(0.0, sigma))
+            rep = [loss] if single_objective else [loss, None]
+            writer.add_finished(Status.REPLICATE, "", {"replicate_of": n, "seed": k + 1}, rep)
+            number += 1
+    if extras:
+        params = trained[0][1]
+        d = {k: dists[k] for k in params}
+        first = [planted_loss(params)] if single_objective else [planted_loss(params), 1.0]
+        writer.add_finished(
+            Status.STOPPED_EARLY, "stopped", {"arch_hash": "s1"}, None, {}, params, d
+        )
+        writer.add_finished(Status.FAILED, "nan", {"arch_hash": "f1"}, None, {}, params, d)
+        writer.add_finished(
+            Status.INFEASIBLE, "params", {"arch_hash": "i1"}, None, {"params": 1.0}, params, d
+        )
+        writer.add_finished(
+            Status.DUPLICATE, "same", {"arch_hash": "h000", "duplicate_of": 0}, first, {}, params, d
+        )
+    return {"url": url, "name": "planted", "trained": len(trained), "objectives": objectives}

@@ -117,6 +117,13 @@ def test_dashboard_pages_render_the_fronts_in_chromium(tmp_path):
                 )
                 assert "jetson_orin_nx" in page.inner_text("#front")
 
+                # what the study learned on that device, on request
+                page.click("#learn")
+                page.wait_for_selector('#insights[data-ready="1"]', timeout=120_000)
+                learned = page.inner_text("#insights")
+                assert "What the analysis stands on" in learned
+                assert "decode_ms@jetson_orin_nx" in learned
+
                 # colour by attention share instead of family
                 page.get_by_text("colour: attention share").click()
                 page.wait_for_function(

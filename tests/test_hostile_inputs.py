@@ -302,6 +302,7 @@ OUTPUT_DIRS = [
     cli("train-under-file", "train", "arch=tiny_gqa", "run_dir={f}/s", text="x", must=("run_dir",)),
     cli("train-is-file", "train", "arch=tiny_gqa", "run_dir={f}", text="x", must=("run_dir",)),
     cli("pareto-under-file", "pareto", "study={study}", "out={f}/s", text="x", must=("out",)),
+    cli("insights-under-file", "insights", "study={study}", "out={f}/s", text="x", must=("out",)),
     cli(
         "export-under-file",
         "export",
@@ -355,6 +356,10 @@ OVERRIDES = [
     cli("calibrate-unknown-budget", "calibrate", "budget=huge", must=("budget",)),
     cli("pareto-axis-list", "pareto", "study={study}", "x=[val_loss]", must=("x",)),
     cli("export-trial-list", "export", "study={study}", "trial=[0]", must=("trial",)),
+    cli(
+        "insights-resamples-nan", "insights", "study={study}", "resamples=nan", must=("resamples",)
+    ),
+    cli("insights-device-path", "insights", "study={study}", "device=[../x]", must=("device",)),
     cli("dashboard-port", "dashboard", "study={study}", "port=99999999", must=("port",)),
     cli("profile-lengths-words", "profile", "arch=tiny_gqa", "lengths=[a]", must=("lengths",)),
     cli("cost-arch-empty", "cost", "arch=,,", must=("arch",)),

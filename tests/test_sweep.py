@@ -109,6 +109,28 @@ def test_the_ehvi_sampler_trains_only_new_feasible_candidates_through_ray(tmp_pa
         )
 
 
+def test_the_gp_sampler_runs_a_sweep_to_its_trials_through_ray(tmp_path):
+    """`sampler=gp` (Optuna's GPSampler, sweep/gp.py) in a real sweep with two trials at
+    once: past its startup trials the GP picks, and the sweep ends with the trials asked for
+    instead of stalling on proposals it cannot train."""
+    res = sweep(
+        tmp_path,
+        "trials=7",
+        "concurrency=2",
+        "sampler=gp",
+        "early_stopping=none",
+        "trainable=archsearch.sweep.testing:synthetic",
+    )
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["sampler"] == "gp" and summary["trained_in_study"] == 7
+    recs = records(study_of(tmp_path / "run"))
+    trained = [r for r in recs if r.status == "trained"]
+    assert len(trained) == 7 and len({r.attrs["arch_hash"] for r in trained}) == 7
+    assert not [r for r in recs if r.state == "RUNNING"]
+    assert len(recs) < 7 + 40  # few untrainable asks: the GP does not repeat what was pruned
+
+
 def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
     res = sweep(
         tmp_path,

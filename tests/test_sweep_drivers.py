@@ -226,6 +226,8 @@ def test_the_dashboard_is_read_only_and_local(tmp_path):
         status, body = _request(f"{base}/archsearch/api/front?device=/etc/passwd")
         assert status == 400 and b"unknown device" in body and b"root:" not in body
         assert _request(f"{base}/archsearch/api/front?device=rpi5")[0] == 200
+        status, body = _request(f"{base}/archsearch/api/insights?device=/etc/passwd")
+        assert status == 400 and b"unknown device" in body and b"root:" not in body
     finally:
         server.shutdown()
         server.server_close()

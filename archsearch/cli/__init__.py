@@ -110,6 +110,18 @@ COMMANDS: dict[str, Command] = {
             "archsearch pareto study=postgresql+psycopg2://user@db/archsearch study_name=tiny",
         ),
     ),
+    "insights": Command(
+        "what a study learned: each parameter's importance and effects on every objective, "
+        "with intervals; the front by factor per device; which front neighbour is faster",
+        "insights",
+        "archsearch.cli.analysis_cmd:insights_cmd",
+        examples=(
+            "archsearch insights study=runs/tiny",
+            "archsearch insights study=runs/tiny device=rpi5,jetson_orin_nx",
+            "archsearch insights study=runs/tiny metrics=[val_loss@tokens:10M,memory_bytes]",
+            "archsearch insights study=runs/tiny format=json plots=false",
+        ),
+    ),
     "confirm": Command(
         "retrain a study's front and n trials spread over its ranking at factor x the budget; "
         "rank correlations, front kept, extrapolation error",

@@ -113,6 +113,82 @@ def print_front(p: Pareto, files: dict[str, Path]) -> None:
         con.print(escape(f"{k + ':':<17}{path}"))
 
 
+# ---- archsearch insights ------------------------------------------------------------------------
+
+MAX_RESAMPLES = 100_000
+
+
+def insights_cmd(_sub: str | None, cfg: Any) -> int:
+    from archsearch.analysis.insight_report import default_insights_dir, write_insights
+    from archsearch.analysis.insights import insights
+    from archsearch.cost.devices import load_device
+
+    if not 50 <= cfg.resamples <= MAX_RESAMPLES:
+        raise UserError(f"must be 50 to {MAX_RESAMPLES:,}, got {cfg.resamples}", key="resamples")
+    if not 0 <= cfg.importance_resamples <= MAX_RESAMPLES:
+        raise UserError(
+            f"must be 0 to {MAX_RESAMPLES:,}, got {cfg.importance_resamples}",
+            key="importance_resamples",
+        )
+    if cfg.out:
+        check_writable_dir(cfg.out, key="out")
+    data = _open(cfg)
+    if not data.meta:
+        raise UserError(
+            f"study {data.name!r} was not written by archsearch (it has no 'archsearch' study "
+            "attribute): insights reads the searched parameters, statuses and costs a sweep "
+            "stores",
+            key="study",
+        )
+    data.require_trained()
+    devices = _names(cfg.device) or [study_device(None, data)]
+    fronts = _names(cfg.fronts) or (devices if cfg.device else _priced(data, devices[0]))
+    for key, names in (("device", devices), ("fronts", fronts)):
+        for name in names:
+            load_device(name, key=key)
+    ins = insights(
+        data,
+        devices,
+        fronts=fronts,
+        extra=[str(m) for m in cfg.metrics],
+        resamples=cfg.resamples,
+        importance_resamples=cfg.importance_resamples,
+        seed=cfg.seed,
+    )
+    files: dict[str, Path] = {}
+    if cfg.plots:
+        files = write_insights(ins, Path(cfg.out) if cfg.out else default_insights_dir(ins))
+    if cfg.format == "json":
+        output.print_json({**ins.summary(), "files": {k: str(v) for k, v in files.items()}})
+        return 0
+    from rich.markup import escape
+
+    con = output.console()
+    con.print(f"[bold]What {escape(data.name)} learned[/bold]")
+    for title, lines in ins.sections():
+        con.print(f"\n[bold]{escape(title)}[/bold]")
+        for line in lines:
+            con.print(escape(f"- {line}"))
+    shown = {k: v for k, v in files.items() if ":" not in k}
+    if files:
+        con.print()
+        for k, path in shown.items():
+            con.print(escape(f"{k + ':':<13}{path}"))
+        con.print(escape(f"{'plots:':<13}{len(files) - len(shown)} files beside them"))
+    return 0
+
+
+def _names(given: str | None) -> list[str]:
+    """`rpi5,jetson_orin_nx` -> the device names, in order, once each."""
+    return list(dict.fromkeys(d.strip() for d in str(given or "").split(",") if d.strip()))
+
+
+def _priced(data, first: str) -> list[str]:
+    """The devices the study priced (the sweep's own first); profiles given by path left out."""
+    stored = [d for d in data.meta.get("devices", []) if isinstance(d, str) and "/" not in d]
+    return list(dict.fromkeys([first, *stored]))
+
+
 # ---- archsearch export --------------------------------------------------------------------------
 
 

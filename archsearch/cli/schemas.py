@@ -127,6 +127,21 @@ class ParetoConfig:
 
 
 @dataclass
+class InsightsConfig:
+    study: str | None = MISSING
+    study_name: str | None = MISSING
+    device: str | None = MISSING  # one device, or several: rpi5,jetson_orin_nx
+    fronts: str | None = MISSING
+    metrics: list[str] = field(default_factory=lambda: MISSING)
+    resamples: int = MISSING
+    importance_resamples: int = MISSING
+    seed: int = MISSING
+    out: str | None = MISSING
+    plots: bool = MISSING
+    format: Format = MISSING
+
+
+@dataclass
 class ExportConfig:
     study: str | None = MISSING
     study_name: str | None = MISSING
@@ -203,6 +218,7 @@ SCHEMAS: dict[str, type] = {
     "prune": PruneConfig,
     "calibrate": CalibrateConfig,
     "pareto": ParetoConfig,
+    "insights": InsightsConfig,
     "export": ExportConfig,
     "dashboard": DashboardConfig,
     "profile": ProfileConfig,

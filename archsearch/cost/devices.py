@@ -121,6 +121,10 @@ class Validation:
     bound: float | None = None
     by_working_set: WorkingSetBands | None = None
     precisions: tuple[str, ...] = PRECISIONS
+    # the signed held-out errors pred / measured - 1 themselves, in groups whose predictions
+    # share their conditions (one precision, one timing run): how often the profile orders two
+    # architectures right (`archsearch.cost.order`) follows from pairs within a group
+    held_out: dict[str, tuple[float, ...]] | None = None
 
     @property
     def error(self) -> float:
@@ -411,11 +415,21 @@ def _validation(raw: Any, source: str, kernels: bool) -> dict[str, tuple[Validat
 
 
 def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
-    fields = {"mape", "within_10", "n", "method", "p90", "bound", "by_working_set", "precisions"}
+    fields = {
+        "mape",
+        "within_10",
+        "n",
+        "method",
+        "p90",
+        "bound",
+        "by_working_set",
+        "precisions",
+        "held_out",
+    }
     if not isinstance(entry, dict) or not {"mape", "within_10", "n", "method"} <= set(entry):
         raise UserError(
             "expected {mape, within_10, n, method} (and optionally p90, bound, precisions, "
-            "by_working_set), or a list of them",
+            "by_working_set, held_out), or a list of them",
             source=source,
             key=key,
         )
@@ -458,7 +472,35 @@ def _check(entry: Any, source: str, key: str, kernels: bool) -> Validation:
         else _number(bound, source=source, key=f"{key}.bound", zero_ok=True),
         by_working_set=_bands(entry.get("by_working_set"), source, f"{key}.by_working_set"),
         precisions=tuple(precisions),
+        held_out=_held_out(entry.get("held_out"), source, f"{key}.held_out"),
     )
+
+
+def _held_out(raw: Any, source: str, key: str) -> dict[str, tuple[float, ...]] | None:
+    """`held_out`: group name -> the signed relative errors (pred / measured - 1, each > -1)
+    of the held-out predictions made under that group's conditions."""
+    if raw is None:
+        return None
+    expected = "expected a mapping of group -> [relative errors pred / measured - 1, > -1]"
+    if not isinstance(raw, dict) or not raw:
+        raise UserError(expected, source=source, key=key)
+    out = {}
+    for group, errors in raw.items():
+        where = f"{key}.{group}"
+        if not isinstance(errors, list) or not errors:
+            raise UserError(expected, source=source, key=where)
+        for i, e in enumerate(errors):
+            if (
+                isinstance(e, bool)
+                or not isinstance(e, (int, float))
+                or not math.isfinite(e)
+                or e <= -1
+            ):
+                raise UserError(
+                    f"expected a relative error > -1, got {e!r}", source=source, key=f"{where}.{i}"
+                )
+        out[str(group)] = tuple(float(e) for e in errors)
+    return out
 
 
 def _bands(raw: Any, source: str, key: str) -> WorkingSetBands | None:

@@ -133,11 +133,17 @@ def validation(errors: list[dict], quantity: str, method: str) -> dict:
     """`Validation` figures (profile YAML keys) of the held-out errors of one quantity, at the
     precisions its records were measured at."""
     e = np.abs([rec[quantity] for rec in errors])
+    precisions = [p for p in PRECISIONS if any(rec["precision"] == p for rec in errors)]
     return {
         "mape": round(float(e.mean()), 4),
         "within_10": round(float((e <= 0.10).mean()), 4),
         "p90": round(float(np.quantile(e, 0.9)), 4),
         "n": len(e),
         "method": method,
-        "precisions": [p for p in PRECISIONS if any(rec["precision"] == p for rec in errors)],
+        "precisions": precisions,
+        # the signed errors by precision: pairs within one are what `cost.order` reads
+        "held_out": {
+            p: [round(float(rec[quantity]), 4) for rec in errors if rec["precision"] == p]
+            for p in precisions
+        },
     }

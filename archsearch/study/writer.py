@@ -139,10 +139,13 @@ class StudyWriter:
         attrs: dict[str, Any] | None = None,
         values: list[float] | None = None,
         violations: dict[str, float] | None = None,
+        params: dict[str, Any] | None = None,
+        distributions: dict[str, Any] | None = None,
     ) -> None:
         """Write a trial that has already ended, as `ask`, `set_constraints` and `finish`
         would, in one storage transaction (Optuna's `add_trial` of a `create_trial`): for
-        studies written in bulk, such as the study-size benchmark's synthetic sweeps."""
+        studies written in bulk, such as the study-size benchmark's synthetic sweeps. Its
+        searched parameters, if given, come with their Optuna `distributions`."""
         from optuna.trial import TrialState, create_trial
 
         state, attrs = _ending(status, reason, attrs, values, False)
@@ -150,6 +153,8 @@ class StudyWriter:
             create_trial(
                 state=state,
                 values=[float(v) for v in values] if state == TrialState.COMPLETE else None,
+                params=params,
+                distributions=distributions,
                 user_attrs=encode_attrs(attrs),
                 system_attrs={"constraints": list(violations.values())} if violations else None,
                 constraints=dict(violations) if violations else None,

@@ -17,15 +17,17 @@ from archsearch.trainers.config import Choice
 
 
 class Sampler(Choice):
-    """Multi-objective samplers, seeded: Optuna's, and expected hypervolume improvement over
-    the cost model's known objectives (`sweep/ehvi.py`); `auto` is `ehvi` where it applies (one
-    objective that training measures, latencies predicted), else `tpe`."""
+    """Multi-objective samplers, seeded: Optuna's (`gp` is its Gaussian-process sampler,
+    log-EHVI over every objective), and expected hypervolume improvement over the cost model's
+    known objectives (`sweep/ehvi.py`); `auto` is `ehvi` where it applies (one objective that
+    training measures, latencies predicted), else `tpe`."""
 
     auto = "auto"
     tpe = "tpe"
     nsga2 = "nsga2"
     random = "random"
     ehvi = "ehvi"
+    gp = "gp"
 
 
 class EarlyStopping(Choice):

@@ -227,19 +227,24 @@ def pooled_check(measured, predicted, working, method: str, capacity: float) -> 
     step) bytes), bands at `BAND_EDGES` x `capacity` (none at 0: no cache level found)."""
     out = {}
     for i, quantity in enumerate(("ttft", "decode")):
-        err = np.abs(np.asarray(predicted)[:, i] / np.asarray(measured)[:, i] - 1)
-        out[quantity] = check(err, method, ["fp32"])
+        signed = np.asarray(predicted)[:, i] / np.asarray(measured)[:, i] - 1
+        out[quantity] = check(np.abs(signed), method, ["fp32"], held_out={"fp32": signed})
         if capacity > 0 and quantity == "decode":  # a prefill's error shows no trend with it
             ws = np.asarray(working, dtype=np.float64)[:, i]
-            bands = by_working_set(ws, err, [e * capacity for e in BAND_EDGES])
+            bands = by_working_set(ws, np.abs(signed), [e * capacity for e in BAND_EDGES])
             if bands is not None:
                 out[quantity]["by_working_set"] = bands
     return out
 
 
-def check(err: np.ndarray, method: str, precisions: list[str]) -> dict:
-    """A `validation` entry (profile keys) of held-out absolute relative errors `err`."""
-    return {
+def check(
+    err: np.ndarray, method: str, precisions: list[str], held_out: dict | None = None
+) -> dict:
+    """A `validation` entry (profile keys) of held-out absolute relative errors `err`; with
+    `held_out` (group -> signed errors, predicted / measured - 1, of predictions made under
+    shared conditions), those too, which `cost.order` reads to say how often the profile
+    orders two architectures right."""
+    out = {
         "mape": round(float(err.mean()), 4),
         "within_10": round(float(np.mean(err <= 0.10)), 4),
         "n": len(err),
@@ -248,6 +253,9 @@ def check(err: np.ndarray, method: str, precisions: list[str]) -> dict:
         "bound": round(p90_bound(err), 4),
         "precisions": list(precisions),
     }
+    if held_out:
+        out["held_out"] = {k: [round(float(e), 4) for e in v] for k, v in held_out.items()}
+    return out
 
 
 def p90_bound(err, confidence: float = 0.9) -> float:

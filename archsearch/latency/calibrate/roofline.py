@@ -187,14 +187,17 @@ def half(profile: dict, device: DeviceProfile, p: TimingPlan, step) -> dict[str,
     ]
     out = {"factors": list(factors), "skipped": skipped + not_run, "check": raw, "validation": {}}
     for i, q in enumerate(("ttft", "decode")) if raw else ():
-        err = np.array([abs(r["predicted_s"][i] / r["measured_s"][i] - 1) for r in raw])
+        signed = np.array([r["predicted_s"][i] / r["measured_s"][i] - 1 for r in raw])
         method = (
             f"{len(raw)} predictions of held-out whole models (prompt {HELD_OUT_PROMPT}, "
             f"context {HELD_OUT_CONTEXT}; prompt {LONG[0]}, context {LONG[1]}) timed in "
             f"{p.runtime} in bfloat16, predicted by the roofline at {HALF}"
         )
         out["validation"][q] = check(
-            err, method + "".join(f"; not run: {s}" for s in not_run), ["bf16", HALF]
+            np.abs(signed),
+            method + "".join(f"; not run: {s}" for s in not_run),
+            ["bf16", HALF],
+            held_out={HALF: signed},
         )
     return out
 
