@@ -70,7 +70,7 @@ def markdown(ins: Insights, files: dict[str, Path], out: Path) -> str:
         "- Importance: Optuna's fANOVA per objective, an inactive parameter as a level of its "
         "own ('-').",
         "- P(faster): how often the device profile's held-out predictions order two models "
-        "right at that predicted ratio (`archsearch.cost.order`).",
+        "right at that predicted ratio (`archsearch.latency.order`).",
         "",
     ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ statements (`archsearch insights`, the report's "What the study learned", the da
 
 The parts: `design` (the trials used, the factors, each objective's observations),
 `importance` (fANOVA with bootstrap intervals), `effects` (main effects and interactions with
-bootstrap intervals), `archsearch.cost.order` (pairwise order confidence of a profile). Here
+bootstrap intervals), `archsearch.latency.order` (pairwise order confidence of a profile). Here
 they are put together and worded; `insight_plots` draws them.
 """
 
@@ -297,7 +297,7 @@ def composition(d: Design, p: Pareto) -> Composition:
 
 def ordered(p: Pareto) -> list[Ordered]:
     """The front's neighbours on each latency axis with a pairwise confidence."""
-    from archsearch.cost.order import spec_ordering
+    from archsearch.latency.order import spec_ordering
 
     out = []
     by_number = {r.number: i for i, r in enumerate(p.trained)}

@@ -99,7 +99,7 @@ class Study:
             return df
         labels = [c[len("cost_") :] for c in df.columns if c.startswith("cost_")]
         if device is not None:
-            from archsearch.cost.devices import load_device
+            from archsearch.latency import load_device
 
             load_device(device)
             for label in self._device_labels(device):

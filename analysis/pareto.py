@@ -81,11 +81,11 @@ class Pareto:
     @cached_property
     def faster_than_next(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per predicted-latency axis whose profile keeps held-out pairs
-        (`archsearch.cost.order`): for each front point, the next slower front point on that
+        (`archsearch.latency.order`): for each front point, the next slower front point on that
         axis (its trial number; -1 for the slowest and off the front) and the chance the
         profile orders the two right, P(faster), from their predicted ratio (nan elsewhere):
         what the +- of each, overlapping, does not say."""
-        from archsearch.cost.order import spec_ordering
+        from archsearch.latency.order import spec_ordering
         from archsearch.metrics import MetricSpec
 
         out = {}

@@ -1,4 +1,4 @@
-"""Does a profile's pairwise confidence (`archsearch.cost.order`) hold on the pairs it was not
+"""Does a profile's pairwise confidence (`archsearch.latency.order`) hold on the pairs it was not
 built from?
 
 For each published profile (the five fitted to [PLM] Table 12 by
@@ -6,7 +6,7 @@ For each published profile (the five fitted to [PLM] Table 12 by
 models at one precision, with their leave-one-model-out predictions (measured time x (1 +
 error), the errors of `benchmarks/results/edge_fit.json` that the profile keeps) and their
 measured times. Per pair: the predicted ratio, whether the predictions order the two as the
-measurements do, and the confidence `cost.order` gives that ratio from the other models' pairs
+measurements do, and the confidence `latency.order` gives that ratio from the other models' pairs
 only (both models of the pair left out). By bins of the predicted ratio: how many pairs, the
 share ordered right, and the mean confidence claimed; and each profile's absolute band (its
 +-, the 90th percentile of |error|) for comparison.
@@ -32,7 +32,7 @@ BINS = (0.0, 0.05, 0.1, 0.2, 0.4, math.inf)  # |log(predicted ratio)|
 def pairs(device: str, quantity: str) -> list[dict]:
     from fit_edge_profiles import throughputs
 
-    from archsearch.cost.order import Ordering, log_differences
+    from archsearch.latency.order import Ordering, log_differences
 
     fit = json.loads((HERE / "results" / "edge_fit.json").read_text())[device]
     measured = {
@@ -69,7 +69,7 @@ def main() -> None:
     from bench_search_efficiency import provenance
     from fit_edge_profiles import DEVICES
 
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     t0 = time.time()
     results = {}

@@ -90,14 +90,17 @@ def load() -> list[dict]:
     return [json.loads(line) for line in CACHE.read_text().splitlines() if line.strip()]
 
 
-def unique_rows() -> dict:
-    """arch hash -> (a row's name, its sandbox arch dict): rows several tables share train once."""
+def unique_rows(part: str = "lm") -> dict:
+    """arch hash -> (a row's name, its sandbox arch dict): rows several tables share train once;
+    the probes train the rows of the tables with a recall column."""
     from published import TABLES
 
     from archsearch.arch import ArchConfig
 
     out = {}
     for table in TABLES.values():
+        if part == "probes" and not table.recall_column:
+            continue
         for row in table.rows:
             h = ArchConfig.from_dict({"name": "published", **row.arch}).arch_hash
             out.setdefault(h, (row.name, row.arch))
@@ -111,7 +114,7 @@ def train_all(part: str, mode: str, seeds: list[int], workers: int, data: list[s
     jobs = []
     for seed in seeds if part == "lm" else [0]:  # a probe trial trains its own seeds
         train = recipe(mode, seed, data) if part == "lm" else probe_recipe(mode, seed)
-        for h, (name, arch) in unique_rows().items():
+        for h, (name, arch) in unique_rows(part).items():
             if (h, part, mode, seed) not in have:
                 jobs.append((name, arch, part, mode, seed, train))
     print(f"{len(jobs)} runs to train ({len(have)} cached)", flush=True)

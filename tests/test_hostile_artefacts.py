@@ -464,7 +464,7 @@ DAMAGED = [
             lambda db: sql(
                 db,
                 "insert into trial_params (trial_id, param_name, param_value, distribution_json) "
-                f"values ({trial_id(db, 0)}, 'n_layers', 2.0, '{{\"name\": ')",
+                f"values ({trial_id(db, 0)}, 'a_damaged_param', 2.0, '{{\"name\": ')",
             )
         ),
         *PARETO,

@@ -480,14 +480,14 @@ def test_a_whole_model_is_sampled_over_the_span_in_both_phases(monkeypatch):
 
 @pytest.mark.slow
 def test_calibrate_quick_writes_a_profile_the_latency_model_prices_with(tmp_path, capsys):
-    out = tmp_path / "local.yaml"
+    out = tmp_path / "mine.yaml"
     args = ["calibrate", "threads=1", "repeats=1", "budget=quick", f"output={out}", "format=json"]
     assert main(args) == 0
     printed = capsys.readouterr()
     raw = json.loads(printed.out)["raw"]
-    dev = load_device(str(out))
-    assert dev.name == "local" and dev.prefill_logits == "all" and dev.provenance.kind == "measured"
-    assert (tmp_path / "local.fitted.json").is_file() and dev.predictor is not None
+    dev = load_device(str(out))  # named after its file
+    assert dev.name == "mine" and dev.prefill_logits == "all" and dev.provenance.kind == "measured"
+    assert (tmp_path / "mine.fitted.json").is_file() and dev.predictor is not None
     assert dev.peak("fp32") > 1e8 and dev.memory_bandwidth > 1e8
     # progress: every step counted, the last one done; one kernel's pass or one model a step
     steps = [line for line in printed.err.splitlines() if " calibrate: " in line]
@@ -513,3 +513,13 @@ def test_calibrate_quick_writes_a_profile_the_latency_model_prices_with(tmp_path
     )
     assert ttft_s(c, dev, 128, "fp32")[0] != ttft_s(c, roofline_only, 128, "fp32")[0]
     assert decode_s(c, dev, 128, "fp16")[0] == decode_s(c, roofline_only, 128, "fp16")[0]
+
+
+def test_a_calibration_may_not_take_a_shipped_profiles_name(tmp_path, capsys):
+    """A name means one profile wherever a command reads it: an output file named like a
+    shipped profile is refused in one line before anything is timed or written."""
+    out = tmp_path / "rpi5.yaml"
+    assert main(["calibrate", "budget=quick", f"output={out}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'rpi5' is a shipped or plugin device profile's name" in err[0]
+    assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -42,6 +42,7 @@ def test_replicates_and_confirmation_are_stored_linked_and_never_trained_twice(t
         "trials=3",
         "seed=1",
         "early_stopping=none",
+        "budget=tokens:1M",
         "replicates=2",
         "confirm.factor=4",
         "confirm.n=0",

@@ -17,8 +17,9 @@ from archsearch.trainers import lr_search
 from archsearch.trainers.config import LrSearch, TrainConfig
 from archsearch.trainers.trial import SEARCH_DIR, SEARCH_FILE, run_trial, train_tokens
 
-GRIDS = st.lists(st.floats(1e-5, 1.0, allow_nan=False), min_size=1, max_size=9, unique=True).map(
-    tuple
+# log-spaced rates, 10^(k/10) for distinct k: no two so close that their scores tie
+GRIDS = st.lists(st.integers(-50, 0), min_size=1, max_size=9, unique=True).map(
+    lambda ks: tuple(10 ** (k / 10) for k in ks)
 )
 
 

@@ -150,7 +150,7 @@ def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_pat
         assert res.returncode == 0, res.stderr
         return res.stdout
 
-    sweep = [f"run_dir={run_dir}", "trials=9", "seed=3", "early_stopping=none"]
+    sweep = [f"run_dir={run_dir}", "trials=9", "seed=3", "early_stopping=none", "budget=tokens:1M"]
     archsearch("sweep", *sweep, "confirm.factor=4", "confirm.n=4")
     data = load(str(run_dir))
     (c,) = confirmations(data)

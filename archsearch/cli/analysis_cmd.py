@@ -121,7 +121,7 @@ MAX_RESAMPLES = 100_000
 def insights_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.analysis.insight_report import default_insights_dir, write_insights
     from archsearch.analysis.insights import insights
-    from archsearch.cost.devices import load_device
+    from archsearch.latency import load_device
 
     if not 50 <= cfg.resamples <= MAX_RESAMPLES:
         raise UserError(f"must be 50 to {MAX_RESAMPLES:,}, got {cfg.resamples}", key="resamples")

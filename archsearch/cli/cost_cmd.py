@@ -411,13 +411,23 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
 
 
 def _profile_destination(cfg: Any) -> tuple[str, Path]:
-    """The profile's name and file: `output` where given, `local` in the shipped folder by
-    default, else NAME.yaml in the user device folder (a shipped or plugin name is refused)."""
+    """The profile's name and file: `output` where given (the profile named after the file
+    unless `name` says otherwise), `local` in the shipped folder by default, else NAME.yaml in
+    the user device folder. A shipped or plugin profile's name is refused anywhere but its own
+    file: a name means one profile wherever a command reads it."""
     from archsearch.cost.devices import devices_dir, reserved_device_names, user_devices_dir
     from archsearch.resources import check_name
 
-    name = cfg.name or cfg.device_resource or "local"
+    named = cfg.name or cfg.device_resource
+    name = named or (Path(cfg.output).stem if cfg.output else "local")
     check_name(name, what="device", key="name" if cfg.name else "device_resource")
+    own = (devices_dir() / f"{name}.yaml").resolve()
+    if cfg.output and name in reserved_device_names() and Path(cfg.output).resolve() != own:
+        raise UserError(
+            f"{name!r} is a shipped or plugin device profile's name; give the measured one a "
+            f"name of its own (name=..., or another file name), e.g. name={name}_measured",
+            key="name" if named else "output",
+        )
     if cfg.output:
         path, key = Path(cfg.output), "output"
     elif name == "local" and not cfg.device_resource:

@@ -123,7 +123,7 @@ class Validation:
     precisions: tuple[str, ...] = PRECISIONS
     # the signed held-out errors pred / measured - 1 themselves, in groups whose predictions
     # share their conditions (one precision, one timing run): how often the profile orders two
-    # architectures right (`archsearch.cost.order`) follows from pairs within a group
+    # architectures right (`archsearch.latency.order`) follows from pairs within a group
     held_out: dict[str, tuple[float, ...]] | None = None
 
     @property

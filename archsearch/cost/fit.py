@@ -141,7 +141,7 @@ def validation(errors: list[dict], quantity: str, method: str) -> dict:
         "n": len(e),
         "method": method,
         "precisions": precisions,
-        # the signed errors by precision: pairs within one are what `cost.order` reads
+        # the signed errors by precision: pairs within one are what `latency.order` reads
         "held_out": {
             p: [round(float(rec[quantity]), 4) for rec in errors if rec["precision"] == p]
             for p in precisions

@@ -242,7 +242,7 @@ def check(
 ) -> dict:
     """A `validation` entry (profile keys) of held-out absolute relative errors `err`; with
     `held_out` (group -> signed errors, predicted / measured - 1, of predictions made under
-    shared conditions), those too, which `cost.order` reads to say how often the profile
+    shared conditions), those too, which `latency.order` reads to say how often the profile
     orders two architectures right."""
     out = {
         "mape": round(float(err.mean()), 4),

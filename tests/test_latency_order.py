@@ -1,4 +1,4 @@
-"""Which of two architectures is faster, and how sure (`archsearch.cost.order`): the held-out
+"""Which of two architectures is faster, and how sure (`archsearch.latency.order`): the held-out
 errors a profile keeps, the pairwise confidence they give against a brute-force count, its
 shape, the shipped profiles, and the front's table, hover and report carrying it."""
 
@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from studies import make_study
 
-from archsearch.cost.devices import load_device, parse_device
-from archsearch.cost.order import Ordering, log_differences, ordering, spec_ordering
+from archsearch.cost.devices import parse_device
 from archsearch.errors import UserError
+from archsearch.latency import load_device
+from archsearch.latency.order import Ordering, log_differences, ordering, spec_ordering
 from archsearch.metrics import MetricSpec
 
 BASE = {

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archsearch.cost.devices import ERROR_QUANTITIES, DeviceProfile, load_device
+from archsearch.cost.devices import ERROR_QUANTITIES, DeviceProfile
 from archsearch.errors import UserError
+from archsearch.latency.profile import load_device
 from archsearch.metrics import MetricSpec
 
 __all__ = ["Ordering", "log_differences", "ordering", "spec_ordering"]
