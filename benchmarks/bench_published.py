@@ -192,6 +192,11 @@ def table_figures(table, runs: list[dict], part: str, mode: str) -> dict:
     out["seeds"] = seeds
     out["sandbox"] = {n: {"mean": mean[n], "by_seed": by_row[n]} for n in ranked}
     out["findings"] = [finding(table, c, a, b, by_row) for c, a, b in table.findings if c == column]
+    verdicts = [f["sandbox"] for f in out["findings"]]
+    out["findings_summary"] = (
+        f"{verdicts.count('yes')} reproduced, {verdicts.count('no')} contradicted, "
+        f"{verdicts.count('unresolved')} unresolved of {len(verdicts)}"
+    )
     return out
 
 
