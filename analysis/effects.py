@@ -343,7 +343,9 @@ def interactions(
         fit = _fit(keys, x, obs, resamples, rng, among=keep & fa.active & fb.active)
         for i, (a, b, base_a, base_b, counts) in enumerate(pairs):
             j = keys.index(("x", i)) + 1
-            plus = [keys.index((fa.name, a)) + 1]
+            # a level without a column of its own (the factor's reference, or one the model
+            # could not identify) has a coefficient of zero
+            plus = [keys.index((fa.name, a)) + 1] if (fa.name, a) in keys else []
             minus = [keys.index((fa.name, base_a)) + 1] if (fa.name, base_a) in keys else []
             diff = _interval(obs, fit.estimate[j], fit.draws[:, j])
             at_base = _combined(obs, fit, plus, minus)

@@ -382,3 +382,16 @@ def test_a_study_of_three_trials_says_it_is_too_few(tmp_path):
     assert {e.status for e in effects} <= {"too few trained trials", "too few trials"}
     assert not [i for o in got.objectives for i in o.interactions]
     assert "3 fully trained feasible architectures" in got.statements()[0]
+
+
+def test_a_contrast_at_a_level_without_a_column_of_its_own_is_read_as_zero(tmp_path):
+    """A small study (as a short sweep ends) where an interaction's level has no column in the
+    effects model (the model could not identify it): the insights are written, not raised."""
+    path = tmp_path / "small.db"
+    make_study(path, n=6, seed=2)
+    data = load(f"sqlite:///{path}")
+    got = insights(data, ["rpi5"], fronts=["rpi5"], resamples=20, importance_resamples=2)
+    assert got.statements()
+    for o in got.objectives:
+        for i in o.interactions:  # every contrast it reports has finite intervals
+            assert np.isfinite([i.interval.low, i.interval.high]).all()
