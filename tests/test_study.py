@@ -154,3 +154,37 @@ def test_no_private_optuna_api_in_the_library():
                 if pattern.search(line):
                     hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not hits, hits
+
+
+def _write_trials(url: str, n: int, *, killed: bool = False) -> None:
+    """In another process: add `n` trials to study "s" at `url` (creating it), then exit, or
+    die by SIGKILL with the connection open, its writes in the WAL file unmerged."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, optuna\n"
+        "from archsearch.study import open_storage\n"
+        f"s = optuna.create_study(study_name='s', storage=open_storage({url!r}), "
+        "load_if_exists=True)\n"
+        f"for i in range({n}):\n"
+        "    s.enqueue_trial({'x': float(i)}, skip_if_exists=False)\n"
+        + ("os.kill(os.getpid(), signal.SIGKILL)\n" if killed else "")
+    )
+    subprocess.run([sys.executable, "-c", code], check=not killed, timeout=120)
+
+
+def test_looking_at_a_study_keeps_the_writes_of_another_process(tmp_path):
+    """Checking a study file (every open does) while this process holds a connection to it
+    must not drop SQLite's locks on it: a sweep resumed after a killed one, while a reader
+    stays open, keeps every trial it wrote."""
+    from archsearch.study.storage import open_reader
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    _write_trials(url, 2, killed=True)
+    held = optuna.load_study(study_name="s", storage=open_storage(url))
+    assert len(held.trials) == 2  # this process's connection stays open from here
+    assert len(optuna.load_study(study_name="s", storage=open_reader(url)).trials) == 2
+    _write_trials(url, 5)
+    assert len(optuna.load_study(study_name="s", storage=open_reader(url)).trials) == 7
+    assert len(held.trials) == 7

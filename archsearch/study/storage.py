@@ -161,15 +161,18 @@ def _sqlite_path(url: str) -> Path | None:
 def _read_only_sqlite(path: Path):
     """A connection factory for `path` opened read-only (`mode=ro`). Where its folder cannot
     be written, a database in WAL mode cannot be read that way (SQLite would create its
-    `-shm` index) and nothing can be writing it either: it is then opened `immutable`."""
+    `-shm` index) and nothing can be writing it either: it is then opened `immutable`.
+
+    The file is only ever opened through SQLite: a process that opens and closes a database
+    file by other means drops every POSIX lock SQLite holds on it, and another connection
+    of the same process (a sweep's writer, a test's open study) would then lose writes."""
     from urllib.parse import quote
 
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    wal = _journal(path) == "wal"
     if (
-        wal
-        and not os.access(path.parent, os.W_OK)
+        not os.access(path.parent, os.W_OK)
         and not path.with_name(path.name + "-shm").exists()
+        and not _readable(uri)
     ):
         uri += "&immutable=1"
 
@@ -179,12 +182,17 @@ def _read_only_sqlite(path: Path):
     return connect
 
 
-def _journal(path: Path) -> str:
-    """'wal' for a database in WAL mode (its header's read and write versions are 2), else
-    'rollback': read from the file's first bytes, without SQLite."""
-    with path.open("rb") as f:
-        head = f.read(20)
-    return "wal" if head[18:20] == b"\x02\x02" else "rollback"
+def _readable(uri: str) -> bool:
+    """Whether SQLite can read the schema of the database at `uri` as it is opened."""
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=60)
+        try:
+            con.execute("select count(*) from sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True
 
 
 def study_names(storage) -> list[str]:
@@ -292,19 +300,19 @@ def _look(url: str, shown: str, creating: bool):
             return None, {}, None
         if path.is_dir():
             raise UserError(f"{shown} is a folder, not an SQLite database", key="study")
-        with path.open("rb") as f:
-            head = f.read(16)
-        if head == b"" and creating:  # an empty file: SQLite's empty database
-            return set(), {}, None
-        if head != b"SQLite format 3\x00":
-            raise UserError(f"{shown} is not an SQLite database", key="study")
+        if path.stat().st_size == 0:  # SQLite's empty database, which a writer may fill
+            if creating:
+                return set(), {}, None
+            raise UserError(f"{shown} is not an SQLite database (an empty file)", key="study")
         try:
             con = _read_only_sqlite(path)()
             try:
                 return _contents(con)
             finally:
                 con.close()
-        except sqlite3.Error as err:
+        except sqlite3.DatabaseError as err:
+            if "not a database" in str(err):
+                raise UserError(f"{shown} is not an SQLite database", key="study") from None
             raise UserError(f"cannot read {shown}: {err}", key="study") from None
     import sqlalchemy
 
