@@ -162,11 +162,12 @@ def kendall(x: list[float], y: list[float]) -> float:
     return float(stats.kendalltau(x, y).statistic)
 
 
-def table_figures(table, runs: list[dict], part: str, mode: str) -> dict:
-    """Tau and findings of one table for one part and mode (see the module docstring)."""
+def table_figures(table, runs: list[dict], part: str, mode: str, column: str | None = None) -> dict:
+    """Tau and findings of one table for one part and mode (see the module docstring), held
+    against the part's own column of the table or against `column`."""
     from archsearch.arch import ArchConfig
 
-    column = table.lm_column if part == "lm" else table.recall_column
+    column = column or (table.lm_column if part == "lm" else table.recall_column)
     higher = table.columns[column]
     by_row: dict[str, dict[int, float]] = {}
     for row in table.rows:
@@ -251,7 +252,29 @@ def report() -> dict:
             )
             for f in got.get("findings", []):
                 print(f"    {f['sandbox']:>10}  {f['finding']}")
+        if table.recall_column and "fixed" in modes:
+            out[key]["agreement/fixed"] = agreement(table, runs)
     OUT.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def agreement(table, runs: list[dict]) -> dict:
+    """Which of the sandbox's two verdicts, LM loss or the recall probes' accuracy (both at
+    the space's rate), agrees better with each of the table's two columns: Kendall tau of
+    every pairing, with its range over seeds."""
+    out = {}
+    for part, column in itertools.product(("lm", "probes"), (table.lm_column, table.recall_column)):
+        got = table_figures(table, runs, part, "fixed", column)
+        seeds = got.get("kendall_tau_per_seed") or []
+        out[f"{part} ~ {column}"] = {
+            "kendall_tau": got.get("kendall_tau"),
+            "per_seed": [min(seeds), max(seeds)] if seeds else None,
+            "rows": got["rows"],
+        }
+        tau = got.get("kendall_tau")
+        span = f" (per seed {min(seeds):+.2f} .. {max(seeds):+.2f})" if seeds else ""
+        shown = "n/a" if tau is None else f"{tau:+.2f}"
+        print(f"{table.key} agreement: sandbox {part} against {column}: {shown}{span}")
     return out
 
 
