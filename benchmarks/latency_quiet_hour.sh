@@ -75,33 +75,4 @@ old "$PY" "$OLD/benchmarks/bench_latency_ceiling.py" --runs "${RUNS[@]}" \
 "$PY" benchmarks/bench_latency_ablation.py --calibration "A=$OUT/new_a.json" "B=$OUT/new_b.json" \
   --runs "$OUT/run_new_a.json" --out "$OUT/ablation_fresh.json"
 
-"$PY" - "$OUT" <<'EOF'
-"""The figures for the benchmarks page: calibration times, the side-by-side accuracy on the same
-timings, and each profile's share of the machine's ceiling."""
-import json
-import sys
-from pathlib import Path
-
-out = Path(sys.argv[1])
-print("calibration wall time (s):", dict(line.split() for line in (out / "seconds.txt").read_text().splitlines()))
-print("held-out run, the same timings (within +-10%, Kendall tau):")
-for name in ("run_new_a", "run_new_b", "run_today", "run_local_converted", "run_local_shipped"):
-    s = json.loads((out / f"{name}.json").read_text())["summary"]
-    print(f"  {name:22s}" + "  ".join(
-        f"{q} {s[q]['within_10']:.3f} / {s[q]['kendall_tau']:.3f}" for q in ("ttft", "decode")))
-print("share of the machine's ceiling (mean over the twelve runs; this run alone):")
-for file in ("ceiling_new", "ceiling_today"):
-    c = json.loads((out / f"{file}.json").read_text())
-    for name, d in c["devices"].items():
-        shares = []
-        for q in ("ttft", "decode"):
-            ceil = c["ceiling"][q]
-            shares.append(f"{q} {d[q]['mean']['within_10'] / ceil['mean']['within_10']:.3f}; "
-                          f"{d[q]['per_run'][-1]['within_10'] / ceil['per_run'][-1]['within_10']:.3f}")
-        print(f"  {Path(name).stem:12s} " + "  ".join(shares))
-a = json.loads((out / "ablation_fresh.json").read_text())
-print("ablation (A, B): spread", {q: round(a["spread"][q]["within_10"], 3) for q in ("ttft", "decode")})
-for term, row in a["table"].items():
-    print(f"  without {term:8s}" + "  ".join(
-        f"{q} {row[q]['within_10_change']:+.3f}" for q in ("ttft", "decode")) + f"  -> {row['decision']}")
-EOF
+"$PY" benchmarks/latency_quiet_hour_summary.py "$OUT"  # prints; saves results/latency_quiet_hour.json

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from archsearch.arch import ArchConfig
 from archsearch.errors import UserError
 from archsearch.trainers import lr_search
+from archsearch.trainers import trial as trial_module
 from archsearch.trainers.config import LrSearch, TrainConfig
 from archsearch.trainers.trial import SEARCH_DIR, SEARCH_FILE, run_trial, train_tokens
 
@@ -207,3 +208,35 @@ def test_every_rate_failing_fails_the_trial_with_the_search_kept(tmp_path, cache
     assert result.status == "failed"
     assert "every rate of lr_grid failed" in result.failure_reason
     assert result.lr_search["chosen"] is None and len(result.lr_search["runs"]) == 2
+
+
+@pytest.mark.slow
+def test_a_probe_only_search_keeps_to_its_share_of_the_probe_steps(tmp_path, cache, monkeypatch):
+    """A probe trains `probe_steps` whatever the LM budget: the search shortens the probes
+    themselves, so its probe steps stay within the share of the trial's. (A short run's probe
+    steps are not in any result it leaves, so a spy on the private probe trainer counts them.)"""
+    trained = []
+    real = trial_module._Trial._train_probe
+
+    def spy(self, probe, index):
+        trained.append(self.cfg.probe_steps)
+        return real(self, probe, index)
+
+    monkeypatch.setattr(trial_module._Trial, "_train_probe", spy)
+    cfg = searched(
+        cache,
+        objective="probe",
+        probe_tasks=("recall",),
+        probe_steps=80,
+        probe_seeds=1,
+        probe_seq_len=16,
+        probe_vocab=16,
+        probe_eval_size=32,
+        lr_grid=(1e-6, 3e-3, 30.0),
+    )
+    result = run_trial(tiny_arch(), cfg, run_dir=tmp_path)
+    assert result.status == "completed"
+    runs = result.lr_search["runs"]
+    assert [r["budget"] for r in runs] == ["steps:5"] * 3 + ["steps:10"] * 2
+    assert trained[:-1] == [5] * 3 + [10] * 2 and trained[-1] == 80  # then the whole probe
+    assert sum(trained[:-1]) <= cfg.lr_search_share * cfg.probe_steps

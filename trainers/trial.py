@@ -389,20 +389,15 @@ def _rate_search(
                 "remove it to search again",
                 source=str(saved),
             ) from None
-    tokens = train_tokens(arch, cfg)
-    per_step = cfg.batch_size * cfg.seq_len
-    if tokens is None:
-        plan = lr_search.plan_search(
-            cfg.lr_grid, cfg.parsed_budget.amount, cfg.lr_search_share, "time"
-        )
-    else:
-        plan = lr_search.plan_search(cfg.lr_grid, tokens // per_step, cfg.lr_search_share, "steps")
+    plan = _search_plan(arch, cfg)
     n_runs = sum(plan.survivors(i) for i in range(len(plan.amounts)))
 
     def train(lr: float, budget: str, round_: int) -> lr_search.SearchRun:
         short = cfg.replace(
             lr=lr, lr_search=LrSearch.off, budget=budget, eval_at=(1.0,), keep_checkpoint=False
         )
+        if not cfg.trains_lm:  # a probe trains probe_steps whatever the budget: shorten them
+            short = short.replace(probe_steps=int(budget.removeprefix("steps:")))
         where = run_dir / SEARCH_DIR / f"lr{lr:g}-{budget.replace(':', '')}"
         done = len(list((run_dir / SEARCH_DIR).glob(f"*/{checkpoint.RESULT}")))
 
@@ -431,6 +426,21 @@ def _rate_search(
         checkpoint.save_json(saved, search.to_dict())
         shutil.rmtree(run_dir / SEARCH_DIR, ignore_errors=True)
     return search
+
+
+def _search_plan(arch: ArchConfig, cfg: TrainConfig) -> lr_search.SearchPlan:
+    """The rate search's plan within `lr_search_share` of what the trial trains: its LM
+    budget in optimizer steps (or seconds for a time budget), or for a probe-only trial the
+    steps of each probe training (`probe_steps`), which no LM budget bounds."""
+    share = cfg.lr_search_share
+    if not cfg.trains_lm:
+        return lr_search.plan_search(cfg.lr_grid, cfg.probe_steps, share, "steps")
+    tokens = train_tokens(arch, cfg)
+    if tokens is None:
+        return lr_search.plan_search(cfg.lr_grid, cfg.parsed_budget.amount, share, "time")
+    return lr_search.plan_search(
+        cfg.lr_grid, tokens // (cfg.batch_size * cfg.seq_len), share, "steps"
+    )
 
 
 def _probe_loss(result: TrialResult) -> float | None:
