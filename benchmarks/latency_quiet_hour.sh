@@ -75,4 +75,19 @@ old "$PY" "$OLD/benchmarks/bench_latency_ceiling.py" --runs "${RUNS[@]}" \
 "$PY" benchmarks/bench_latency_ablation.py --calibration "A=$OUT/new_a.json" "B=$OUT/new_b.json" \
   --runs "$OUT/run_new_a.json" --out "$OUT/ablation_fresh.json"
 
+# 6. (SECOND_PAIR=1) a second pair of calibrations, C and D, priced on the same held-out timings
+# and ablated: a second estimate of the spread between two calibrations of one hour
+if [ "${SECOND_PAIR:-0}" = 1 ]; then
+  : > "$OUT/seconds2.txt"
+  for x in c d; do
+    start=$SECONDS
+    "$AS" calibrate threads=1 output="$OUT/new_$x.yaml" format=json > "$OUT/new_$x.json"
+    echo "calibrate_$x $((SECONDS - start))" >> "$OUT/seconds2.txt"
+    "$PY" benchmarks/bench_latency_accuracy.py --rescore "$OUT/run_new_a.json" \
+      --device "$OUT/new_$x.yaml" --out "$OUT/run_new_$x.json"
+  done
+  "$PY" benchmarks/bench_latency_ablation.py --calibration "C=$OUT/new_c.json" \
+    "D=$OUT/new_d.json" --runs "$OUT/run_new_a.json" --out "$OUT/ablation_cd.json"
+fi
+
 "$PY" benchmarks/latency_quiet_hour_summary.py "$OUT"  # prints; saves results/latency_quiet_hour.json

@@ -1,7 +1,8 @@
 """The figures of `latency_quiet_hour.sh` for the benchmarks page, from its output folder:
 calibration times, the held-out run's accuracy on every profile (side by side, the same
 timings), each profile's share of the machine's ceiling, and the ablation of the kept terms
-from two fresh calibrations. Prints them and saves `results/latency_quiet_hour.json`.
+from two fresh calibrations (and from a second pair, C and D, where the folder has one: the
+quiet-hour script's optional last step). Prints them and saves `results/latency_quiet_hour.json`.
 
     python benchmarks/latency_quiet_hour_summary.py /tmp/latency-quiet-hour
 """
@@ -19,6 +20,8 @@ OUT = Path(__file__).parent / "results" / "latency_quiet_hour.json"
 PROFILES = {
     "run_new_a": "calibration A (this code)",
     "run_new_b": "calibration B (this code, the same hour)",
+    "run_new_c": "calibration C (this code, the same hour)",
+    "run_new_d": "calibration D (this code, the same hour)",
     "run_today": "a calibration by the code before the latency room",
     "run_local_converted": "the shipped local, this code",
     "run_local_shipped": "the shipped local, the code before",
@@ -29,6 +32,8 @@ QUANTITIES = ("ttft", "decode")
 def held_out(folder: Path) -> dict:
     out = {}
     for name, what in PROFILES.items():
+        if not (folder / f"{name}.json").is_file():  # the second pair is optional
+            continue
         s = json.loads((folder / f"{name}.json").read_text())["summary"]
         out[name] = {"profile": what} | {
             q: {k: s[q][k] for k in ("within_10", "kendall_tau")} for q in QUANTITIES
@@ -56,7 +61,10 @@ def ceiling_shares(folder: Path) -> dict:
 
 
 def main(folder: Path) -> dict:
-    seconds = dict(line.split() for line in (folder / "seconds.txt").read_text().splitlines())
+    lines = (folder / "seconds.txt").read_text().splitlines()
+    if (folder / "seconds2.txt").is_file():
+        lines += (folder / "seconds2.txt").read_text().splitlines()
+    seconds = dict(line.split() for line in lines if len(line.split()) == 2)
     ablation = json.loads((folder / "ablation_fresh.json").read_text())
     result = {
         "command": "bash benchmarks/latency_quiet_hour.sh",
@@ -67,6 +75,9 @@ def main(folder: Path) -> dict:
         "ceiling": ceiling_shares(folder),
         "ablation": {"spread": ablation["spread"], "table": ablation["table"]},
     }
+    if (folder / "ablation_cd.json").is_file():
+        second = json.loads((folder / "ablation_cd.json").read_text())
+        result["ablation_second_pair"] = {"spread": second["spread"], "table": second["table"]}
     print(json.dumps(result, indent=1))
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     return result

@@ -185,7 +185,9 @@ class TrainConfig:
         default=LrSearch.off,
         metadata={
             "help": "off (train at lr) | halving (successive halving over lr_grid first, "
-            "within lr_search_share of the budget; the trial trains at the rate chosen)"
+            "within lr_search_share of the budget; the trial trains at the rate chosen). "
+            "Scored on the validation loss, or on the probes' loss for objective=probe; "
+            "with objective=both the probes train at the rate the LM chose"
         },
     )
     lr_grid: tuple[float, ...] = field(
