@@ -49,7 +49,6 @@ def _connect_args(url: str) -> dict[str, Any]:
 
 def check_storage_reachable(url: str) -> None:
     """Connect once without creating anything; a one-line UserError when it fails."""
-    import sqlalchemy
 
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
@@ -58,24 +57,34 @@ def check_storage_reachable(url: str) -> None:
                 f"the SQLite file's folder {str(path.parent)!r} does not exist", key="storage.url"
             )
         return
+    cannot = f"cannot reach the study storage {redact(url)}"
+    _through_server(url, _connect_args(url), lambda _con: None, cannot, key="storage.url")
+
+
+def _through_server(url: str, connect_args: dict[str, Any], read, cannot: str, *, key: str):
+    """`read(DB-API connection)` on one connection to the database server at `url`, closed
+    after; a one-line `UserError` for a malformed URL, a missing driver or a failed
+    connection (`cannot: <the server's first line>`)."""
+    import sqlalchemy
+
     try:
-        engine = sqlalchemy.create_engine(url, connect_args=_connect_args(url))
-        with engine.connect():
-            pass
-        engine.dispose()
+        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
+        try:
+            with engine.connect() as conn:
+                return read(conn.connection.dbapi_connection)
+        finally:
+            engine.dispose()
     except sqlalchemy.exc.ArgumentError as err:
-        raise UserError(f"not a database URL: {err}", key="storage.url") from None
+        raise UserError(f"not a database URL: {err}", key=key) from None
     except ModuleNotFoundError as err:
         raise UserError(
             f"the database driver is not installed ({err.name}); for PostgreSQL "
             "install the 'cluster' extra (psycopg2)",
-            key="storage.url",
+            key=key,
         ) from None
     except sqlalchemy.exc.SQLAlchemyError as err:
         first = str(getattr(err, "orig", err)).strip().splitlines()[0]
-        raise UserError(
-            f"cannot reach the study storage {redact(url)}: {first}", key="storage.url"
-        ) from None
+        raise UserError(f"{cannot}: {first}", key=key) from None
 
 
 def open_storage(
@@ -314,29 +323,11 @@ def _look(url: str, shown: str, creating: bool):
             if "not a database" in str(err):
                 raise UserError(f"{shown} is not an SQLite database", key="study") from None
             raise UserError(f"cannot read {shown}: {err}", key="study") from None
-    import sqlalchemy
-
     connect_args = _connect_args(url)
     if url.startswith("postgresql"):
         connect_args["options"] = _PG_READ_ONLY
-    try:
-        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
-        try:
-            with engine.connect() as conn:
-                return _contents(conn.connection.dbapi_connection)
-        finally:
-            engine.dispose()
-    except sqlalchemy.exc.ArgumentError as err:
-        raise UserError(f"not a database URL: {err}", key="study") from None
-    except ModuleNotFoundError as err:
-        raise UserError(
-            f"the database driver is not installed ({err.name}); for PostgreSQL "
-            "install the 'cluster' extra (psycopg2)",
-            key="study",
-        ) from None
-    except sqlalchemy.exc.SQLAlchemyError as err:
-        first = str(getattr(err, "orig", err)).strip().splitlines()[0]
-        raise UserError(f"cannot open the study storage {shown}: {first}", key="study") from None
+    cannot = f"cannot open the study storage {shown}"
+    return _through_server(url, connect_args, _contents, cannot, key="study")
 
 
 def _contents(con) -> tuple[set[str], dict[str, set[str]], tuple[str, str] | None]:
