@@ -6,9 +6,11 @@ that `archsearch calibrate format=json` printed, priced on the held-out architec
 runs of `bench_latency_accuracy.py` timed. For each calibration and each term of
 `calibrate.fit.TERMS` (the boosted trees, the working-set stalls, the per-layer miss, overlap),
 the predictor is refitted without it and each run scored (share within +-10%, Kendall's tau,
-TTFT and decode), the mean over runs. A term stays if leaving it out costs more than the spread
-of the same score between the calibrations (two calibrations of the same hour: the variance of
-calibration itself, which no term can beat).
+TTFT and decode), the mean over runs. The roofline's half-precision factors (what prices fp16
+on a calibrated profile) are scored on the calibration's own held-out bf16 check, with them and
+without them, against the spread of that check between the calibrations. A term stays if
+leaving it out costs more than the spread of the same score between the calibrations (two
+calibrations of the same hour: the variance of calibration itself, which no term can beat).
 
     python benchmarks/bench_latency_ablation.py --calibration A=a.json B=b.json \\
         --runs run.json --out results/latency_ablation_fresh.json
@@ -27,8 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from archsearch.cost.devices import parse_device
 from archsearch.latency.calibrate import refit
 from archsearch.latency.calibrate.fit import TERMS
+from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
+from archsearch.latency.calibrate.roofline import HALF
 from archsearch.latency.profile import parse_profile
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -60,6 +65,64 @@ def variant(saved: dict, without: tuple[str, ...]):
     return device.with_predictor(predictor)
 
 
+def half_check(saved: dict) -> dict:
+    """The half precision's held-out check (the calibration's bf16 timings of held-out models)
+    priced by the roofline with the factors the calibration fitted, and with them left out
+    (compute and vector efficiency 1, no overhead per operator): share within +-10% per
+    quantity."""
+    header = {k: v for k, v in saved["profile"].items() if k != "predictor"}
+    plain = copy.deepcopy(header)
+    plain["efficiency"][HALF].update(compute=1.0, vector=1.0, op_overhead_s=0.0)
+    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
+    rows = saved["raw"]["half"]["check"]
+    out = {}
+    for name, profile in (("fitted", header), ("left_out", plain)):
+        device = parse_device(profile, source="calibration", default_name="c", learned=True)
+        err = np.array(
+            [
+                np.array(
+                    WholeModel(known[r["arch"]], r["prompt"], r["context"], r["batch"]).predicted(
+                        device, HALF
+                    )
+                )
+                / r["measured_s"]
+                - 1
+                for r in rows
+            ]
+        )
+        out[name] = {q: float(np.mean(np.abs(err[:, i]) <= 0.1)) for i, q in enumerate(QUANTITIES)}
+    return out
+
+
+def half_row(halves: dict[str, dict]) -> dict:
+    """The half-precision factors' row of the table: their change and its cost in spreads of
+    the fitted check between the calibrations."""
+    names = list(halves)
+    spread = {
+        q: float(
+            np.mean(
+                [
+                    abs(halves[a]["fitted"][q] - halves[b]["fitted"][q])
+                    for i, a in enumerate(names)
+                    for b in names[i + 1 :]
+                ]
+            )
+        )
+        for q in QUANTITIES
+    }
+    change = {
+        q: float(np.mean([h["left_out"][q] - h["fitted"][q] for h in halves.values()]))
+        for q in QUANTITIES
+    }
+    cost = max(-change[q] / max(spread[q], 1e-9) for q in QUANTITIES)
+    return {
+        "spread": spread,
+        **{q: {"within_10_change": change[q]} for q in QUANTITIES},
+        "cost_in_spreads": cost,
+        "decision": "keep" if cost > 1 else "remove",
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calibration", nargs="+", required=True, help="NAME=RAW.json, two or more")
@@ -73,9 +136,11 @@ def main() -> None:
     archs = {a.summary(): a for _, a, _ in cases(3)}
     runs = [json.loads(Path(p).read_text())["rows"] for p in args.runs]
     scores: dict[str, dict] = {}
+    halves: dict[str, dict] = {}
     for spec in args.calibration:
         name, path = spec.split("=", 1)
         saved = json.loads(Path(path).read_text())
+        halves[name] = half_check(saved)
         scores[name] = {
             t: score(variant(saved, (t,) if t else ()), runs, archs) for t in ("", *TERMS)
         }
@@ -124,11 +189,18 @@ def main() -> None:
             + ", ".join(f"{q} {change[q]['within_10_change']:+.3f}" for q in QUANTITIES)
             + f" ({cost:.2f} spreads)"
         )
+    table["half factors"] = half_row(halves)
+    print(
+        "without the half precision's fitted factors (its bf16 check): "
+        + ", ".join(f"{q} {table['half factors'][q]['within_10_change']:+.3f}" for q in QUANTITIES)
+        + f" ({table['half factors']['cost_in_spreads']:.2f} spreads of the fitted check)"
+    )
     result = {
         "calibrations": args.calibration,
         "runs": args.runs,
         "spread": spread,
         "scores": scores,
+        "half": halves,
         "table": table,
     }
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -8,7 +8,10 @@
 #      on the shipped `local` (new and old form);
 #   4. the machine's ceiling over the saved EPYC runs and this one (bench_latency_ceiling.py),
 #      with A, B (this code) and today's (the old code) read on it;
-#   5. the ablation of the kept terms from A's and B's raw timings (bench_latency_ablation.py).
+#   5. the ablation of the kept terms from A's and B's raw timings (bench_latency_ablation.py);
+#   6. (SECOND_PAIR=1) a second pair of calibrations, C and D, priced and ablated the same way;
+#   7. this code's predictor on the code before's timings (bench_latency_same_timings.py), read on
+#      this run and on the twelve.
 #
 # Usage, from the repository root with .venv set up (make setup), on the 2-vCPU EPYC VM the saved
 # ceiling runs were timed on:
@@ -89,5 +92,15 @@ if [ "${SECOND_PAIR:-0}" = 1 ]; then
   "$PY" benchmarks/bench_latency_ablation.py --calibration "C=$OUT/new_c.json" \
     "D=$OUT/new_d.json" --runs "$OUT/run_new_a.json" --out "$OUT/ablation_cd.json"
 fi
+
+# 7. the predictor or the plan: this code's predictor refitted on the code before's timings, side
+# by side with the code before's on them, on this hour's run and (its profile saved) on the twelve
+"$PY" benchmarks/bench_latency_same_timings.py --before "$OUT/today.json" --this "$OUT/new_a.json" \
+  --before-scored "$OUT/run_today.json" --pool "$OUT"/new_?.json --runs "$OUT/run_new_a.json" \
+  --draws 16 \
+  --save-profile "$OUT/same_timings.yaml"
+"$PY" benchmarks/bench_latency_ceiling.py --runs "${RUNS[@]}" \
+  --device "$OUT/same_timings.yaml" "$OUT/new_a.yaml" --out $R/latency_ceiling_same_timings.json
+cp "$OUT/ceiling_today.json" $R/latency_ceiling_code_before.json
 
 "$PY" benchmarks/latency_quiet_hour_summary.py "$OUT"  # prints; saves results/latency_quiet_hour.json

@@ -296,3 +296,20 @@ def test_bad_ceiling_arguments_exit_2_before_anything_is_priced(
     }
     assert want[case] in err
     assert not out.exists()
+
+
+def test_the_half_factors_stay_only_when_leaving_them_out_costs_more_than_their_spread():
+    """`bench_latency_ablation.half_row`: the change is the mean over calibrations of the check
+    without the factors less with them; the yardstick the spread of the check with them."""
+    ablation = _load("bench_latency_ablation")
+    halves = {
+        "A": {"fitted": {"ttft": 0.30, "decode": 0.30}, "left_out": {"ttft": 0.0, "decode": 0.0}},
+        "B": {"fitted": {"ttft": 0.40, "decode": 0.20}, "left_out": {"ttft": 0.1, "decode": 0.1}},
+    }
+    row = ablation.half_row(halves)
+    assert row["ttft"]["within_10_change"] == pytest.approx(-0.30)
+    assert row["decode"]["within_10_change"] == pytest.approx(-0.20)
+    assert row["cost_in_spreads"] == pytest.approx(3.0) and row["decision"] == "keep"
+    for h in halves.values():  # no better without them than the spread between calibrations
+        h["left_out"] = {q: v - 0.05 for q, v in h["fitted"].items()}
+    assert ablation.half_row(halves)["decision"] == "remove"

@@ -150,7 +150,9 @@ def gemm(fit, m, k, n) -> np.ndarray:
 
 def test_a_fit_recovers_a_known_function():
     """GEMM timings a known factor off the learned roofline's work (slow below 16 rows, fast
-    for wide outputs) are recovered on shapes the fit never saw."""
+    for wide outputs) are recovered on shapes the fit never saw. A design of some ninety random
+    shapes can miss a corner of the grid, so the figures are over five designs (seeds): the
+    typical design's worst shape within 15%, and the mean error within 6%."""
     true = np.array([0.0, 2e-11, 8e-12, 3e-6])
 
     def factor(v) -> float:
@@ -160,15 +162,18 @@ def test_a_fit_recovers_a_known_function():
         v = shape.values()
         return factor(v) * float(gemm_work(v["m"], v["k"], v["n"])[0] @ true)
 
-    fit, shapes = sampled("gemm", measure, 96, 0)
-    assert len(shapes) >= 80 and fit.samples == len(shapes) and min(fit.base) >= 0
     m, nn = (
         np.array([1, 4, 8, 32, 128, 512, 2, 64]),
         np.array([64, 4096, 256, 16384, 128, 8192, 1024, 512]),
     )
     k = np.full(len(m), 384)
     want = [factor({"m": a, "n": b}) for a, b in zip(m, nn)] * (gemm_work(m, k, nn) @ true)
-    np.testing.assert_allclose(gemm(fit, m, k, nn), want, rtol=0.15)  # a 3x step, unseen shapes
+    errors = []
+    for seed in range(5):
+        fit, shapes = sampled("gemm", measure, 96, seed)
+        assert len(shapes) >= 80 and fit.samples == len(shapes) and min(fit.base) >= 0
+        errors.append(np.abs(gemm(fit, m, k, nn) / want - 1))  # a 3x step, unseen shapes
+    assert np.median(np.max(errors, axis=1)) <= 0.15 and np.mean(errors) <= 0.06
 
 
 def test_the_learned_roofline_extrapolates_beyond_the_timed_shapes():
@@ -523,3 +528,59 @@ def test_a_calibration_may_not_take_a_shipped_profiles_name(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'rpi5' is a shipped or plugin device profile's name" in err[0]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_code_befores_timings_in_this_codes_form_refit_to_the_same_predictor(monkeypatch):
+    """`bench_latency_same_timings.before_as_raw` reads a calibration in the code before's raw
+    form (kernel timings nested under `kernels`, the probe and whole models as lists, held-out
+    models as `validation`): what it keeps refits to the predictor of the timings it came from,
+    and a kernel shape off this code's grid is dropped rather than refitted wrongly."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_latency_same_timings.py"
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location("bench_latency_same_timings", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    FakeMachine(monkeypatch)
+    this = json.loads(json.dumps(calibrate(PLANS["quick"])))
+    raw = this["raw"]
+    off_grid = {**raw["kernels"]["gemm"][0], "m": 3}  # 3 rows: no point of this grid
+    whole = lambda e: {**e, "predicted_s": [1.0, 1.0]}  # noqa: E731  the code before kept more
+    before = {
+        "raw": {
+            "kernels": {
+                "kernels": {
+                    k: v + ([off_grid] if k == "gemm" else []) for k, v in raw["kernels"].items()
+                },
+                "memory": [{"bytes": b, "seconds": s} for b, s in zip(*raw["memory"].values())],
+                "glue": [whole(e) for e in raw["glue"]],
+                "validation": [whole(e) for e in raw["held_out"]],
+            }
+        }
+    }
+    converted = bench.before_as_raw(before, this)
+    assert converted["kernels"] == raw["kernels"]
+    assert (converted["memory"], converted["glue"]) == (raw["memory"], raw["glue"])
+    assert converted["held_out"] == raw["held_out"]
+    mine, theirs = (predictor_dict(refit(r)[0]) for r in (converted, raw))
+    assert {k: v for k, v in mine.items() if k != "date"} == {
+        k: v for k, v in theirs.items() if k != "date"
+    }
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), kernel=st.sampled_from(["gqa.forward", "moe", "gemm"]))
+def test_the_random_half_covers_every_value_of_every_knob(seed, kernel):
+    """The random half of a kernel's shapes is stratified (`least_taken`): every value of every
+    knob's grid is drawn, none more than about twice its fair share (independent draws leave a
+    width or a batch out about one time in five)."""
+    samples = 96 if kernel == "gemm" else 48
+    sampler = Sampler(kernel, lambda s: 1e-4, samples, random.Random(seed), None)
+    for _ in range(sampler.initial):
+        sampler.step()
+    for knob, values in timing.GRIDS[kernel].items():
+        counts = np.bincount([dict(s.index)[knob] for s in sampler.shapes], minlength=len(values))
+        fair = len(sampler.shapes) / len(values)
+        assert counts.min() >= 1 and counts.max() <= 2 * fair + 1, (knob, counts)

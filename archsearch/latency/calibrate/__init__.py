@@ -25,7 +25,6 @@ import datetime
 import os
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -191,14 +190,3 @@ def refit(raw: dict, without=()) -> tuple[Predictor, dict]:
             y = [e["seconds"] for e in entries]
             kernels[kernel] = fit.fit_kernel(kernel, X, W, R, y, probe, without)
     return fit_raw(raw, device, probe, kernels, without)
-
-
-def memory_bytes() -> int:
-    """MemTotal of /proc/meminfo (8 GiB where it cannot be read)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30

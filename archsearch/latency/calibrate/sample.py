@@ -2,12 +2,19 @@
 its grid, then rounds that time fresh random shapes, score the current fit on them and time grid
 neighbours of the worst predicted. The kernels take their passes in turn (`Sampler.step`): a
 slow spell of a shared machine then touches a few shapes of every kernel rather than all of one.
+
+A random point is stratified: each is the one of `CANDIDATES` random points whose knob values
+(its width, heads, batch, prompt, ...) the kernel's shapes so far hold least often. Some fifty
+independent draws over five or six knobs often leave a knob's largest values out, and the fit
+then extrapolates to the shapes a large model's prefill runs; which shapes a calibration timed
+moves its TTFT accuracy as much as how many (`benchmarks/bench_latency_same_timings.py`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -18,7 +25,9 @@ from archsearch.latency.calibrate.fit import fit_kernel, stalls_alone
 from archsearch.latency.kernels import FP32, gemm_work, resident, work
 from archsearch.latency.predict import KernelFit, Memory
 
-__all__ = ["Sampler", "budget", "kernel_rows"]
+__all__ = ["CANDIDATES", "Sampler", "budget", "kernel_rows", "least_taken"]
+
+CANDIDATES = 16  # random shapes each drawn shape is chosen from (`least_taken`)
 
 SUSPECT = 1.25  # measured / fitted above which a shape is timed again (the lesser kept)
 # the FFN changes library at 8 rows (MKL below, oneDNN from), where its time is not monotone in
@@ -42,6 +51,12 @@ def kernel_rows(shape: timing.Shape) -> tuple[np.ndarray, np.ndarray, float]:
         v = shape.values()
         return x[0], gemm_work(v["m"], v["k"], v["n"])[0], FP32 * v["k"] * v["n"]
     return x[0], work(shape.kernel, c, p)[0], float(resident(shape.kernel, c, p)[0])
+
+
+def least_taken(candidates: list[timing.Shape], taken: Counter) -> timing.Shape:
+    """The first of `candidates` (in random order) whose knob values, (knob, grid index)
+    pairs, the shapes `taken` so far hold least often in all."""
+    return min(candidates, key=lambda shape: sum(taken[v] for v in shape.index))
 
 
 def valid(shape: timing.Shape) -> bool:
@@ -107,21 +122,32 @@ class Sampler:
         return self.fit
 
     def _draw(self, n: int) -> list[timing.Shape]:
+        """Up to `n` new valid shapes, each the least taken of `CANDIDATES` random ones (of a
+        kernel in `DECODE_DRAWN`, every other one at a decode step's rows)."""
+        taken = Counter(v for shape in self.shapes for v in shape.index)
         out: list[timing.Shape] = []
-        for _ in range(20 * n):
-            if len(out) == n:
-                break
-            shape = timing.random_shape(self.kernel, self.rng)
-            knob = DECODE_DRAWN.get(self.kernel)
-            if knob and len(out) % 2:
-                index = dict(shape.index)
-                rows = self.rng.choice(timing.BATCHES)
-                index[knob] = timing.GRIDS[self.kernel][knob].index(rows)
-                shape = timing.Shape(self.kernel, tuple(index.items()))
-            if shape not in self.seen and valid(shape):
-                self.seen.add(shape)
-                out.append(shape)
+        for _ in range(n):
+            pool: list[timing.Shape] = []
+            for _ in range(20 * CANDIDATES):
+                if len(pool) == CANDIDATES:
+                    break
+                shape = self._random(at_decode_rows=bool(len(out) % 2))
+                if shape not in self.seen and shape not in pool and valid(shape):
+                    pool.append(shape)
+            if pool:
+                out.append(least_taken(pool, taken))
+                taken.update(out[-1].index)
+                self.seen.add(out[-1])
         return out
+
+    def _random(self, at_decode_rows: bool) -> timing.Shape:
+        shape = timing.random_shape(self.kernel, self.rng)
+        knob = DECODE_DRAWN.get(self.kernel)
+        if knob and at_decode_rows:
+            index = dict(shape.index)
+            index[knob] = timing.GRIDS[self.kernel][knob].index(self.rng.choice(timing.BATCHES))
+            shape = timing.Shape(self.kernel, tuple(index.items()))
+        return shape
 
     def _take(self, shapes: list[timing.Shape]) -> list[tuple]:
         out = []
