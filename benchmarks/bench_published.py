@@ -30,12 +30,12 @@ import argparse
 import itertools
 import json
 import math
-import multiprocessing as mp
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import runs_cache
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -85,9 +85,7 @@ def _train(job: tuple) -> dict:
 
 
 def load() -> list[dict]:
-    if not CACHE.exists():
-        return []
-    return [json.loads(line) for line in CACHE.read_text().splitlines() if line.strip()]
+    return runs_cache.load(CACHE)
 
 
 def unique_rows(part: str = "lm") -> dict:
@@ -117,22 +115,19 @@ def train_all(part: str, mode: str, seeds: list[int], workers: int, data: list[s
         for h, (name, arch) in unique_rows(part).items():
             if (h, part, mode, seed) not in have:
                 jobs.append((name, arch, part, mode, seed, train))
-    print(f"{len(jobs)} runs to train ({len(have)} cached)", flush=True)
-    CACHE.parent.mkdir(exist_ok=True)
-    with mp.get_context("spawn").Pool(workers, maxtasksperchild=4) as pool:
-        for i, row in enumerate(pool.imap_unordered(_train, jobs), 1):
-            with CACHE.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            m = row["result"]["metrics"]
-            shown = m.get("val_loss", m.get("probe_acc", float("nan")))
-            if part == "probes":
-                resolved = {t: p.get("resolved") for t, p in row["result"]["probes"].items()}
-                print(f"    {row['row']}: resolved {resolved}", flush=True)
-            print(
-                f"{i}/{len(jobs)} {part} {mode} seed {row['seed']} {row['row']}: {shown:.4f} "
-                f"in {row['wall_s']:.0f} s",
-                flush=True,
-            )
+
+    def line(row: dict) -> str:
+        m = row["result"]["metrics"]
+        shown = m.get("val_loss", m.get("probe_acc", float("nan")))
+        out = f"{part} {mode} seed {row['seed']} {row['row']}: {shown:.4f} in {row['wall_s']:.0f} s"
+        if part == "probes":
+            resolved = {t: p.get("resolved") for t, p in row["result"]["probes"].items()}
+            out += f"\n    {row['row']}: resolved {resolved}"
+        return out
+
+    runs_cache.train_missing(
+        jobs, _train, CACHE, workers=workers, cached=len(have), tasks_per_worker=4, line=line
+    )
 
 
 # ---- the figures ------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ resumes where it stopped.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
 import tempfile
 from pathlib import Path
+
+import runs_cache
 
 HERE = Path(__file__).parent
 CACHE = HERE / "results" / "fair_truth.jsonl"
@@ -61,9 +61,7 @@ def _train(job):
 
 
 def load(cache: Path = CACHE) -> list[dict]:
-    if not cache.exists():
-        return []
-    return [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    return runs_cache.load(cache)
 
 
 def candidates() -> dict:
@@ -93,19 +91,19 @@ def main() -> None:
         for h, arch in chosen
         if (space, budget, seed, lr, h) not in have
     ]
-    print(f"{len(jobs)} trials to train ({len(have)} cached)", flush=True)
-    CACHE.parent.mkdir(exist_ok=True)
-    with mp.get_context("spawn").Pool(args.workers, maxtasksperchild=16) as pool:
-        for i, row in enumerate(pool.imap_unordered(_train, jobs), 1):
-            with CACHE.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            r = row["result"]
-            print(
-                f"{i}/{len(jobs)} {row['budget']} seed {row['seed']} lr {row['lr']:g} "
-                f"{row['arch_hash']}: val_loss {r['metrics'].get('val_loss', float('nan')):.4f} "
-                f"in {r['wall_s']:.0f} s",
-                flush=True,
-            )
+    runs_cache.train_missing(
+        jobs,
+        _train,
+        CACHE,
+        workers=args.workers,
+        cached=len(have),
+        tasks_per_worker=16,
+        line=lambda row: (
+            f"{row['budget']} seed {row['seed']} lr {row['lr']:g} {row['arch_hash']}: val_loss "
+            f"{row['result']['metrics'].get('val_loss', float('nan')):.4f} in "
+            f"{row['result']['wall_s']:.0f} s"
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import random
 import tempfile
 from pathlib import Path
+
+import runs_cache
 
 HERE = Path(__file__).parent
 SEARCH_SMALL = HERE / "spaces" / "search_small.yaml"
@@ -91,9 +92,7 @@ def _train(job):
 
 
 def load(cache: Path = CACHE) -> list[dict]:
-    if not cache.exists():
-        return []
-    return [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    return runs_cache.load(cache)
 
 
 def seed0_from_search_truth() -> list[dict]:
@@ -123,19 +122,19 @@ def main() -> None:
         for h, arch in chosen:
             if (space_name, budget, seed, h) not in have:
                 jobs.append((space_name, budget, seed, arch.to_dict(), train))
-    print(f"{len(jobs)} trials to train ({len(have)} cached)", flush=True)
-    CACHE.parent.mkdir(exist_ok=True)
-    with mp.get_context("spawn").Pool(args.workers, maxtasksperchild=8) as pool:
-        for i, row in enumerate(pool.imap(_train, jobs), 1):
-            with CACHE.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            r = row["result"]
-            print(
-                f"{i}/{len(jobs)} {row['space']} {row['budget']} seed {row['seed']} "
-                f"{row['arch_hash']}: val_loss {r['metrics'].get('val_loss', float('nan')):.4f} "
-                f"in {r['wall_s']:.0f} s",
-                flush=True,
-            )
+    runs_cache.train_missing(
+        jobs,
+        _train,
+        CACHE,
+        workers=args.workers,
+        cached=len(have),
+        tasks_per_worker=8,
+        line=lambda row: (
+            f"{row['space']} {row['budget']} seed {row['seed']} {row['arch_hash']}: val_loss "
+            f"{row['result']['metrics'].get('val_loss', float('nan')):.4f} in "
+            f"{row['result']['wall_s']:.0f} s"
+        ),
+    )
 
 
 if __name__ == "__main__":
