@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from studies import make_study
 
@@ -57,6 +57,9 @@ errors = st.lists(st.floats(-0.6, 1.5, allow_nan=False), min_size=2, max_size=7)
     ratio=st.floats(0.2, 0.999),
 )
 def test_confidence_is_the_share_of_held_out_pairs_that_keep_the_order(groups, ratio):
+    # a pair whose log-error difference is |log ratio| itself predicts equal measured times in
+    # one orientation, a tie the two counts settle by rounding; real errors never land on it
+    assume(np.all(np.abs(log_differences(groups) - abs(math.log(ratio))) > 1e-9))
     o = Ordering((log_differences(groups),), "test")
     assert o.confidence(ratio) == pytest.approx(brute_force(groups, ratio), abs=1e-9)
     assert o.confidence(1 / ratio) == pytest.approx(o.confidence(ratio))  # either way round
