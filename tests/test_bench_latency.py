@@ -7,7 +7,6 @@ benchmark's spans (benchmarks/bench_timing_window.py); and the ceiling of saved 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import sys
@@ -15,26 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load as load_benchmark
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from archsearch.latency.calibrate.models import glue_models, held_out_models
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str):
-    """A script of benchmarks/ as a module."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load("bench_latency_accuracy")
-window = _load("bench_timing_window")
-ceiling = _load("bench_latency_ceiling")
+bench = load_benchmark("bench_latency_accuracy")
+window = load_benchmark("bench_timing_window")
+ceiling = load_benchmark("bench_latency_ceiling")
 
 
 def test_the_sentinels_are_glue_models_nearest_their_working_sets():
@@ -301,7 +289,7 @@ def test_bad_ceiling_arguments_exit_2_before_anything_is_priced(
 def test_the_half_factors_stay_only_when_leaving_them_out_costs_more_than_their_spread():
     """`bench_latency_ablation.half_row`: the change is the mean over calibrations of the check
     without the factors less with them; the yardstick the spread of the check with them."""
-    ablation = _load("bench_latency_ablation")
+    ablation = load_benchmark("bench_latency_ablation")
     halves = {
         "A": {"fitted": {"ttft": 0.30, "decode": 0.30}, "left_out": {"ttft": 0.0, "decode": 0.0}},
         "B": {"fitted": {"ttft": 0.40, "decode": 0.20}, "left_out": {"ttft": 0.1, "decode": 0.1}},

@@ -3,15 +3,10 @@ spawned workers and appended as each ends."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchmark_scripts import load
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "runs_cache.py"
-spec = importlib.util.spec_from_file_location("runs_cache", PATH)
-runs_cache = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(runs_cache)
+runs_cache = load("runs_cache")
 
 
 def test_no_file_holds_no_runs(tmp_path):

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from benchmark_scripts import load as load_benchmark
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -535,14 +536,7 @@ def test_the_code_befores_timings_in_this_codes_form_refit_to_the_same_predictor
     form (kernel timings nested under `kernels`, the probe and whole models as lists, held-out
     models as `validation`): what it keeps refits to the predictor of the timings it came from,
     and a kernel shape off this code's grid is dropped rather than refitted wrongly."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_latency_same_timings.py"
-    monkeypatch.syspath_prepend(str(path.parent))
-    spec = importlib.util.spec_from_file_location("bench_latency_same_timings", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_latency_same_timings")
     FakeMachine(monkeypatch)
     this = json.loads(json.dumps(calibrate(PLANS["quick"])))
     raw = this["raw"]
