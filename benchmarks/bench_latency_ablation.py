@@ -65,6 +65,18 @@ def variant(saved: dict, without: tuple[str, ...]):
     return device.with_predictor(predictor)
 
 
+def spread(values: list[float]) -> float:
+    """The mean absolute difference over every pair of calibrations' figures."""
+    return float(np.mean([abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]]))
+
+
+def verdict(change: dict[str, float], spreads: dict[str, float]) -> dict:
+    """A term's cost in spreads (the larger over the quantities of its loss over their
+    spread) and whether it stays (a cost above one spread)."""
+    cost = max(-change[q] / max(spreads[q], 1e-9) for q in QUANTITIES)
+    return {"cost_in_spreads": cost, "decision": "keep" if cost > 1 else "remove"}
+
+
 def half_check(saved: dict) -> dict:
     """The half precision's held-out check (the calibration's bf16 timings of held-out models)
     priced by the roofline with the factors the calibration fitted, and with them left out
@@ -76,20 +88,11 @@ def half_check(saved: dict) -> dict:
     known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
     rows = saved["raw"]["half"]["check"]
     out = {}
+    models = [WholeModel(known[r["arch"]], r["prompt"], r["context"], r["batch"]) for r in rows]
+    measured = np.array([r["measured_s"] for r in rows])
     for name, profile in (("fitted", header), ("left_out", plain)):
         device = parse_device(profile, source="calibration", default_name="c", learned=True)
-        err = np.array(
-            [
-                np.array(
-                    WholeModel(known[r["arch"]], r["prompt"], r["context"], r["batch"]).predicted(
-                        device, HALF
-                    )
-                )
-                / r["measured_s"]
-                - 1
-                for r in rows
-            ]
-        )
+        err = np.array([m.predicted(device, HALF) for m in models]) / measured - 1
         out[name] = {q: float(np.mean(np.abs(err[:, i]) <= 0.1)) for i, q in enumerate(QUANTITIES)}
     return out
 
@@ -97,29 +100,15 @@ def half_check(saved: dict) -> dict:
 def half_row(halves: dict[str, dict]) -> dict:
     """The half-precision factors' row of the table: their change and its cost in spreads of
     the fitted check between the calibrations."""
-    names = list(halves)
-    spread = {
-        q: float(
-            np.mean(
-                [
-                    abs(halves[a]["fitted"][q] - halves[b]["fitted"][q])
-                    for i, a in enumerate(names)
-                    for b in names[i + 1 :]
-                ]
-            )
-        )
-        for q in QUANTITIES
-    }
+    spreads = {q: spread([h["fitted"][q] for h in halves.values()]) for q in QUANTITIES}
     change = {
         q: float(np.mean([h["left_out"][q] - h["fitted"][q] for h in halves.values()]))
         for q in QUANTITIES
     }
-    cost = max(-change[q] / max(spread[q], 1e-9) for q in QUANTITIES)
     return {
-        "spread": spread,
+        "spread": spreads,
         **{q: {"within_10_change": change[q]} for q in QUANTITIES},
-        "cost_in_spreads": cost,
-        "decision": "keep" if cost > 1 else "remove",
+        **verdict(change, spreads),
     }
 
 
@@ -150,19 +139,8 @@ def main() -> None:
             flush=True,
         )
     names = list(scores)
-    spread = {
-        q: {
-            k: float(
-                np.mean(
-                    [
-                        abs(scores[a][""][q][k] - scores[b][""][q][k])
-                        for i, a in enumerate(names)
-                        for b in names[i + 1 :]
-                    ]
-                )
-            )
-            for k in ("within_10", "kendall_tau")
-        }
+    spreads = {
+        q: {k: spread([scores[n][""][q][k] for n in names]) for k in ("within_10", "kendall_tau")}
         for q in QUANTITIES
     }
     table = {}
@@ -176,18 +154,17 @@ def main() -> None:
             }
             for q in QUANTITIES
         }
-        cost = max(
-            -change[q]["within_10_change"] / max(spread[q]["within_10"], 1e-9) for q in QUANTITIES
-        )
         table[term] = {
             **change,
-            "cost_in_spreads": cost,
-            "decision": "keep" if cost > 1 else "remove",
+            **verdict(
+                {q: change[q]["within_10_change"] for q in QUANTITIES},
+                {q: spreads[q]["within_10"] for q in QUANTITIES},
+            ),
         }
         print(
             f"without {term:8s} "
             + ", ".join(f"{q} {change[q]['within_10_change']:+.3f}" for q in QUANTITIES)
-            + f" ({cost:.2f} spreads)"
+            + f" ({table[term]['cost_in_spreads']:.2f} spreads)"
         )
     table["half factors"] = half_row(halves)
     print(
@@ -198,7 +175,7 @@ def main() -> None:
     result = {
         "calibrations": args.calibration,
         "runs": args.runs,
-        "spread": spread,
+        "spread": spreads,
         "scores": scores,
         "half": halves,
         "table": table,
@@ -206,7 +183,7 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(
         "spread "
-        + ", ".join(f"{q} {spread[q]['within_10']:.3f}" for q in QUANTITIES)
+        + ", ".join(f"{q} {spreads[q]['within_10']:.3f}" for q in QUANTITIES)
         + f"; saved {args.out}"
     )
 

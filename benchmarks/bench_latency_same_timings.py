@@ -36,13 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.latency.calibrate import refit, timing
+from archsearch.latency.calibrate import timing
 from archsearch.latency.calibrate.fit import TERMS
 from archsearch.latency.calibrate.sample import CANDIDATES, least_taken
-from archsearch.latency.profile import parse_profile, predictor_dict, write_profile
+from archsearch.latency.profile import predictor_dict, write_profile
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_latency_ablation import QUANTITIES, score
+from bench_latency_ablation import QUANTITIES, score, variant
 from bench_latency_accuracy import cases
 
 WHOLE = ("arch", "prompt", "context", "batch", "measured_s")
@@ -85,8 +85,8 @@ def stratified(kernel: str, rows: list[dict], n: int, rng: random.Random) -> lis
 
 def designs(this: dict, raw: dict, runs: list, archs: dict, draws: int) -> dict:
     """Per design (`independent`, `stratified`), each draw's figures and their mean, standard
-    deviation, least and most."""
-    counts = {k: len(v) for k, v in this["raw"]["kernels"].items()}
+    deviation, least and most: of each kernel, as many of `raw`'s timings as `this` timed."""
+    counts = timed_counts(this)
     out = {}
     for design in ("independent", "stratified"):
         scores = []
@@ -119,10 +119,14 @@ def designs(this: dict, raw: dict, runs: list, archs: dict, draws: int) -> dict:
     return out
 
 
+def timed_counts(calibration: dict) -> dict[str, int]:
+    """Kernel -> timings a calibration took of it."""
+    return {k: len(v) for k, v in calibration["raw"]["kernels"].items()}
+
+
 def figures(this: dict, raw: dict, runs: list, archs: dict, without=()) -> dict:
-    predictor, _ = refit(raw, without)
-    device = parse_profile(this["profile"], source="calibration", default_name="calibration")
-    return score(device.with_predictor(predictor), runs, archs)
+    """`raw` refitted (without `without`) on `this` calibration's profile, scored on `runs`."""
+    return score(variant({"profile": this["profile"], "raw": raw}, without), runs, archs)
 
 
 def line(name: str, s: dict) -> str:
@@ -155,15 +159,15 @@ def main() -> None:
     same["code_before"] = {
         q: {k: scored[q][k] for k in ("within_10", "kendall_tau")} for q in QUANTITIES
     }
-    same["this_code"] = figures(this, raw, runs, archs)
+    device = variant({"profile": this["profile"], "raw": raw}, ())
+    same["this_code"] = score(device, runs, archs)
     if args.save_profile:  # to be read on more runs (bench_latency_ceiling.py --device)
-        predictor = predictor_dict(refit(raw)[0])
+        predictor = predictor_dict(device.predictor)
         write_profile({**this["profile"], "predictor": predictor}, Path(args.save_profile))
     for term in TERMS:
         same[f"this_code_without_{term}"] = figures(this, raw, runs, archs, (term,))
     timed = out["how_much_is_timed"]
     timed["this_calibration"] = figures(this, this["raw"], runs, archs)
-    counts = {k: len(v) for k, v in this["raw"]["kernels"].items()}
     print("which shapes are timed")
     out["designs"] = designs(this, raw, runs, archs, args.draws)
     if args.pool:
@@ -173,7 +177,7 @@ def main() -> None:
         timed[f"this_code_{len(cals)}_calibrations_pooled"] = figures(this, pooled, runs, archs)
     out["kernel_timings"] = {
         "code_before": sum(len(v) for v in raw["kernels"].values()),
-        "this_plan": sum(counts.values()),
+        "this_plan": sum(timed_counts(this).values()),
     }
     for part in ("same_timings", "how_much_is_timed"):
         print(part)

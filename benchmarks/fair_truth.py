@@ -99,9 +99,8 @@ def main() -> None:
         cached=len(have),
         tasks_per_worker=16,
         line=lambda row: (
-            f"{row['budget']} seed {row['seed']} lr {row['lr']:g} {row['arch_hash']}: val_loss "
-            f"{row['result']['metrics'].get('val_loss', float('nan')):.4f} in "
-            f"{row['result']['wall_s']:.0f} s"
+            f"{row['budget']} seed {row['seed']} lr {row['lr']:g} {row['arch_hash']}: "
+            + runs_cache.outcome(row)
         ),
     )
 

@@ -130,9 +130,8 @@ def main() -> None:
         cached=len(have),
         tasks_per_worker=8,
         line=lambda row: (
-            f"{row['space']} {row['budget']} seed {row['seed']} {row['arch_hash']}: val_loss "
-            f"{row['result']['metrics'].get('val_loss', float('nan')):.4f} in "
-            f"{row['result']['wall_s']:.0f} s"
+            f"{row['space']} {row['budget']} seed {row['seed']} {row['arch_hash']}: "
+            + runs_cache.outcome(row)
         ),
     )
 

@@ -17,6 +17,12 @@ def load(cache: Path) -> list[dict]:
     return [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
 
 
+def outcome(row: dict) -> str:
+    """A trained run's validation loss and wall time, as its line ends."""
+    loss = row["result"]["metrics"].get("val_loss", float("nan"))
+    return f"val_loss {loss:.4f} in {row['result']['wall_s']:.0f} s"
+
+
 def train_missing(
     jobs: list,
     train: Callable[[object], dict],

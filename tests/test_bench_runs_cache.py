@@ -29,3 +29,9 @@ def test_each_run_is_appended_as_it_ends_and_read_back(tmp_path, capsys):
     assert printed[0] == "3 runs to train (1 cached)"
     counts, runs = zip(*(line.split(" ", 1) for line in printed[1:]))
     assert sorted(counts) == ["1/3", "2/3", "3/3"] and sorted(runs) == ["job 1", "job 2", "job 3"]
+
+
+def test_a_runs_line_ends_with_its_validation_loss_and_wall_time():
+    run = {"result": {"metrics": {"val_loss": 1.23456}, "wall_s": 12.4}}
+    assert runs_cache.outcome(run) == "val_loss 1.2346 in 12 s"
+    assert runs_cache.outcome({"result": {"metrics": {}, "wall_s": 3}}) == "val_loss nan in 3 s"
