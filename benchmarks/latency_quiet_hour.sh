@@ -11,7 +11,9 @@
 #   5. the ablation of the kept terms from A's and B's raw timings (bench_latency_ablation.py);
 #   6. (SECOND_PAIR=1) a second pair of calibrations, C and D, priced and ablated the same way;
 #   7. this code's predictor on the code before's timings (bench_latency_same_timings.py), read on
-#      this run and on the twelve.
+#      this run and on the twelve;
+#   8. this hour's calibrations alone and pooled (bench_latency_pooled.py), on the saved runs and
+#      this one.
 #
 # Usage, from the repository root with .venv set up (make setup), on the 2-vCPU EPYC VM the saved
 # ceiling runs were timed on:
@@ -102,5 +104,12 @@ fi
 "$PY" benchmarks/bench_latency_ceiling.py --runs "${RUNS[@]}" \
   --device "$OUT/same_timings.yaml" "$OUT/new_a.yaml" --out $R/latency_ceiling_same_timings.json
 cp "$OUT/ceiling_today.json" $R/latency_ceiling_code_before.json
+
+# 8. pooled calibrations: this hour's, alone and pooled in pairs (and triples with the second
+# pair), refitted from their raw timings
+CALS=("A=$OUT/new_a.json" "B=$OUT/new_b.json")
+[ "${SECOND_PAIR:-0}" = 1 ] && CALS+=("C=$OUT/new_c.json" "D=$OUT/new_d.json")
+"$PY" benchmarks/bench_latency_pooled.py --calibration "${CALS[@]}" --runs "${RUNS[@]}" \
+  --sizes 2 3 --every 1 1 --out "$OUT/pooled.json"
 
 "$PY" benchmarks/latency_quiet_hour_summary.py "$OUT"  # prints; saves results/latency_quiet_hour.json

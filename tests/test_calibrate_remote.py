@@ -41,17 +41,14 @@ def _archsearch(cluster: dict, *args: str, timeout: float = 300) -> subprocess.C
 
 
 @pytest.mark.slow
-def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster, capsys):
-    res = _archsearch(
-        cluster,
-        "calibrate",
+def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster, capsys, tmp_path):
+    args = [
         "device_resource=edge",
-        "name=edge_box",
         "budget=quick",
         "repeats=1",
         f"ray.address={cluster['address']}",
-        "format=json",
-    )
+    ]
+    res = _archsearch(cluster, "calibrate", *args, "name=edge_box", "format=json")
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout)
     # it ran on the second node, the one that advertises `edge`, not on the head
@@ -91,6 +88,16 @@ def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster
     capsys.readouterr()
     assert main(["prune", "search_space=tiny", "device=edge_box", "limit=8", "format=json"]) == 0
     assert json.loads(capsys.readouterr().out)["device"] == "edge_box"
+
+    # a second calibration of the node pools the first's timings in, there
+    (tmp_path / "first.json").write_text(res.stdout)
+    pool = f"pool={tmp_path / 'first.json'}"
+    again = _archsearch(cluster, "calibrate", *args, "name=edge_box_2", pool, "format=json")
+    assert again.returncode == 0, again.stderr
+    pooled = json.loads(again.stdout)
+    assert pooled["node"]["ray_node"] == cluster["edge"]
+    assert pooled["raw"]["pooled"] == 2 and pooled["raw"]["plan"]["seed"] == 1
+    assert "2 calibrations pooled" in load_device("edge_box_2").sources["predictor"]
 
 
 @pytest.mark.slow
@@ -202,7 +209,7 @@ def test_a_device_that_leaves_mid_calibration_ends_it_with_a_one_line_error(monk
             assert kw["resources"] == {"edge": 1.0} and kw["num_cpus"] == 1
             return self
 
-        def remote(self, settings, queue):
+        def remote(self, settings, queue, earlier=None):
             return "the calibration task"
 
     class FakeQueue:

@@ -125,6 +125,7 @@ def _archsearch_lines() -> list[tuple[str, str]]:
                 continue
             for line in commands(text):
                 for part in re.split(r"\s*(?:&&|\|\||;)\s*", line):
+                    part = re.split(r"\s+(?:>|\|)\s", part)[0]  # its output redirected or piped
                     if part.startswith("archsearch "):
                         out.append((str(path.relative_to(ROOT)), part))
     return out

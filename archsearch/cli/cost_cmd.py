@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -342,8 +343,9 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.devices import describe_bands
-    from archsearch.latency.calibrate import calibrate, plan
+    from archsearch.cost.devices import describe_bands, processor
+    from archsearch.latency.calibrate import calibrate, plan, pooled
+    from archsearch.latency.calibrate.pool import read_earlier
     from archsearch.latency.profile import parse_profile, write_profile
     from archsearch.runtimes import require
 
@@ -354,14 +356,22 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     require(str(cfg.runtime), key="runtime")
     name, path = _profile_destination(cfg)  # before minutes of measuring
     how = plan(str(cfg.budget), threads=cfg.threads, repeats=cfg.repeats, runtime=str(cfg.runtime))
+    earlier, cpu = read_earlier(str(cfg.pool), how) if cfg.pool else (None, None)
+    if earlier:  # other shapes than the calibrations pooled before
+        how = dataclasses.replace(how, seed=earlier.get("pooled", 1))
+        if not cfg.device_resource:
+            _same_cpu(cpu, processor()["cpu"], cfg.pool)
     if cfg.device_resource:
-        result = _calibrate_on_node(cfg, how)
+        result = _calibrate_on_node(cfg, how, earlier)
     else:
         from archsearch.sweep.device_calibration import node_record
 
         with StepProgress("calibrate") as progress:
             result = calibrate(how, progress=progress)
         result["node"] = node_record(how.runtime)
+        result = pooled(result, earlier, how) if earlier else result
+    if earlier:
+        _same_cpu(cpu, result["node"]["cpu"], cfg.pool)
     prof = result["profile"]
     node = result["node"]
     prof["name"] = name
@@ -410,6 +420,12 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     return 0
 
 
+def _same_cpu(earlier: str, here: str, path: str) -> None:
+    if earlier != here:
+        what = f"timed on {earlier!r}, not on this calibration's {here!r}: pool one machine's"
+        raise UserError(what, source=path, key="node.cpu")
+
+
 def _profile_destination(cfg: Any) -> tuple[str, Path]:
     """The profile's name and file: `output` where given (the profile named after the file
     unless `name` says otherwise), `local` in the shipped folder by default, else NAME.yaml in
@@ -446,8 +462,9 @@ def _profile_destination(cfg: Any) -> tuple[str, Path]:
     return name, path
 
 
-def _calibrate_on_node(cfg: Any, how: Any) -> dict[str, Any]:
-    """Calibrate the Ray node that advertises `cfg.device_resource` (a Ray task)."""
+def _calibrate_on_node(cfg: Any, how: Any, earlier: dict | None) -> dict[str, Any]:
+    """Calibrate the Ray node that advertises `cfg.device_resource` (a Ray task), pooling
+    `earlier`'s raw timings in there."""
     import math
 
     from archsearch.sweep.ray_runtime import contain_ray, ray_session
@@ -464,4 +481,6 @@ def _calibrate_on_node(cfg: Any, how: Any) -> dict[str, Any]:
         ray_session(address, None, cfg.ray.verbose),
         StepProgress(f"calibrate {cfg.device_resource}") as progress,
     ):
-        return calibrate_on_node(cfg.device_resource, how, wait_s=cfg.wait_s, progress=progress)
+        return calibrate_on_node(
+            cfg.device_resource, how, wait_s=cfg.wait_s, progress=progress, earlier=earlier
+        )

@@ -108,6 +108,7 @@ class CalibrateConfig:
     name: str | None = MISSING
     device_resource: str | None = MISSING
     wait_s: float = MISSING
+    pool: str | None = MISSING
     ray: ClusterSection = field(default_factory=ClusterSection)
     format: Format = MISSING
 

@@ -67,17 +67,17 @@ def node_record(runtime: str = "torch") -> dict[str, str]:
     return record
 
 
-def _calibrate_here(plan: Any, queue: Any) -> dict[str, Any]:
+def _calibrate_here(plan: Any, queue: Any, earlier: dict | None = None) -> dict[str, Any]:
     """The Ray task: calibrate this node within `plan` (a `TimingPlan`), relaying progress
-    through `queue`."""
-    from archsearch.latency.calibrate import calibrate
+    through `queue`, and pool an earlier calibration's raw timings in (`calibrate.pooled`)."""
+    from archsearch.latency.calibrate import calibrate, pooled
 
     def progress(done: int, total: int, step: str) -> None:
         queue.put_nowait((done, total, step))
 
     result = calibrate(plan, progress=progress)
     result["node"] = node_record(plan.runtime)
-    return result
+    return result if earlier is None else pooled(result, earlier, plan)
 
 
 def _cluster_resources(ray: Any) -> str:
@@ -114,11 +114,13 @@ def calibrate_on_node(
     wait_s: float = 10.0,
     progress: Callable[[int, int, str], None] | None = None,
     key: str = "device_resource",
+    earlier: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run `calibrate(plan)` (a `latency.calibrate.TimingPlan`) as a Ray task on a node that
     advertises `resource` (Ray must be initialised, e.g. by
     `archsearch.sweep.ray_runtime.ray_session`); returns calibrate's
-    result with `node` (`node_record` of the node it ran on) added. Raises a `UserError` naming
+    result with `node` (`node_record` of the node it ran on) added, and `earlier`'s raw timings
+    pooled in on the node (`latency.calibrate.pooled`). Raises a `UserError` naming
     `key` when no node advertises the resource within `wait_s` seconds or none has the CPUs for
     `plan.threads`, and `RemoteCalibrationError` when the task fails."""
     import ray
@@ -140,7 +142,7 @@ def calibrate_on_node(
     task = ray.remote(_calibrate_here).options(
         num_cpus=threads, resources={resource: amount}, max_retries=0
     )
-    ref = task.remote(plan, queue)
+    ref = task.remote(plan, queue, earlier)
 
     def relay() -> None:
         while not queue.empty():

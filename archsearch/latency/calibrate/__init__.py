@@ -13,6 +13,9 @@ Within a `TimingPlan` (`PLANS`: full, fast, quick), in named steps:
    `benchmarks/bench_latency_ablation.py`);
 5. `half`: the roofline's half-precision factors and their held-out check (`roofline`).
 
+`pooled` joins an earlier calibration's raw timings of this machine to these and refits
+(`pool`).
+
 It returns the profile as plain data (`latency.profile.write_profile` writes it) and the raw
 timings (`archsearch calibrate format=json` prints both).
 """
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from archsearch.cost.devices import DeviceProfile, cpu_name
-from archsearch.latency.calibrate import fit, roofline, timing
+from archsearch.latency.calibrate import fit, pool, roofline, timing
 from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
 from archsearch.latency.calibrate.plan import PLANS, TimingPlan, plan
 from archsearch.latency.calibrate.sample import Sampler, budget, kernel_rows
@@ -38,7 +41,7 @@ from archsearch.latency.predict import Predictor
 from archsearch.latency.profile import predictor_dict
 from archsearch.runtimes import ExportError
 
-__all__ = ["PLANS", "TimingPlan", "calibrate", "plan", "refit", "steps"]
+__all__ = ["PLANS", "TimingPlan", "assemble", "calibrate", "plan", "pooled", "refit", "steps"]
 
 LEAVE_ONE_OUT = 8  # the fewest glue models whose left-out predictions join the validation
 
@@ -74,15 +77,27 @@ def calibrate(p: TimingPlan, progress: Callable[[int, int, str], None] | None = 
     raw["held_out"] = time_models(held_out_models()[: p.held_out], p, p.held_out_builds, step)
     predictor, validation = fit_raw(raw, device, probe, kernels)
     step("memory terms fitted, each glue model left out")
-    profile = {**roofline.profile(raw["roofline"], p), "predictor": predictor_dict(predictor)}
-    raw["half"] = roofline.half(profile, device.with_predictor(predictor), p, step)
+    raw["half"] = roofline.half(raw["roofline"], p, step)
+    return {"profile": assemble(raw, p, predictor, validation), "raw": raw}
+
+
+def assemble(raw: dict, p: TimingPlan, predictor: Predictor, validation: dict) -> dict:
+    """The profile of a calibration's raw timings, its predictor and fp32 validation: the
+    roofline with the half precision's factors, the validation with their check, the sources."""
+    profile = {
+        **roofline.profile(raw["roofline"], p, raw["half"]["factors"]),
+        "predictor": predictor_dict(predictor),
+    }
+    validation = {q: list(v) for q, v in validation.items()}
     for q, v in raw["half"]["validation"].items():
         validation.setdefault(q, []).append(v)
     where = f"{cpu_name()}, {os.cpu_count()} CPUs, {p.threads} threads, {datetime.date.today()}"
     timed = sum(f.samples for f in predictor.kernels.values())
+    pooled = raw.get("pooled", 1)
     profile["sources"]["predictor"] = (
         f"archsearch calibrate budget={p.name}: {len(predictor.kernels)} kernels, {timed} "
         f"timings in {p.runtime} at adaptively sampled shapes ({where})"
+        + (f"; the timings of {pooled} calibrations pooled" if pooled > 1 else "")
     )
     checked = "; ".join(
         f"{v['n']} at {'/'.join(v['precisions'])}" for v in validation.get("ttft", [])
@@ -93,7 +108,16 @@ def calibrate(p: TimingPlan, progress: Callable[[int, int, str], None] | None = 
         "reason": f"archsearch calibrate on this machine ({where}): kernels timed in "
         f"{p.runtime}, checked on held-out predictions ({checked or 'none ran there'})",
     }
-    return {"profile": profile, "raw": raw}
+    return profile
+
+
+def pooled(result: dict, earlier: dict, p: TimingPlan) -> dict:
+    """A calibration's result (`calibrate`'s) with the raw timings `earlier` of another
+    calibration of this machine under plan `p` pooled in (`pool.join`), its predictor refitted;
+    the roofline and the half precision's check stay this calibration's."""
+    raw = pool.join(result["raw"], earlier)
+    predictor, validation = refit(raw)
+    return {**result, "profile": assemble(raw, p, predictor, validation), "raw": raw}
 
 
 def time_kernels(p: TimingPlan, probe, step) -> tuple[dict, dict]:
@@ -106,7 +130,7 @@ def time_kernels(p: TimingPlan, probe, step) -> tuple[dict, dict]:
         except ExportError:
             return None
 
-    rng = random.Random(0)
+    rng = random.Random(p.seed)
     samplers = [Sampler(k, measure, budget(k, p.samples), rng, probe) for k in p.kernels]
     passes = max(s.passes for s in samplers)
     for i in range(passes):  # a pass of every kernel, then the next

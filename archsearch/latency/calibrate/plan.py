@@ -49,6 +49,7 @@ class TimingPlan:
     memory_mib: tuple[float, ...] = MEMORY_MIB  # the weights the memory probe streams
     matmul_rows: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
     matmul_weights: tuple[tuple[int, int], ...] = ((256, 256), (1024, 1024), (1024, 4096))
+    seed: int = 0  # the shapes' draws: a calibration pooled with N earlier ones draws with N
 
     @property
     def memory_sizes(self) -> tuple[int, ...]:

@@ -103,8 +103,9 @@ def half_rows(points: list[dict[str, float]]) -> float:
     return float(grid[int(np.argmin([np.sum((rate - np.log(m / (m + h))) ** 2) for h in grid]))])
 
 
-def profile(measured: dict[str, Any], p: TimingPlan) -> dict[str, Any]:
-    """The profile's roofline figures, each with its source (the factors fitted by `half`)."""
+def profile(measured: dict[str, Any], p: TimingPlan, factors=(1.0, 0.0, 1.0)) -> dict[str, Any]:
+    """The profile's roofline figures, each with its source; `factors`: the half precision's
+    (compute, overhead per operator in µs, vector) that `half` fits."""
     peak32, peak16 = (max(r["flops_per_s"] for r in measured[d]) for d in ("float32", "bfloat16"))
     bandwidth = max(measured["read"], measured["copy"])
     where = f"{cpu_name()}, {os.cpu_count()} CPUs, {p.threads} threads, {datetime.date.today()}"
@@ -122,9 +123,9 @@ def profile(measured: dict[str, Any], p: TimingPlan) -> dict[str, Any]:
         "memory_capacity": float(memory_bytes()),
         "efficiency": {
             HALF: {
-                "compute": 1.0,
-                "op_overhead_s": 0.0,
-                "vector": 1.0,
+                "compute": round(factors[0], 4),
+                "op_overhead_s": float(f"{factors[1] * 1e-6:.3g}"),
+                "vector": round(factors[2], 4),
                 "half_rows": round(half_rows(measured["bfloat16"]), 3),
                 "bandwidth": round(min(1.0, measured["gemv"] / bandwidth), 4),
                 "attention_step": float(f"{np.median(measured['attention_step']) / peak16:.4g}"),
@@ -166,24 +167,21 @@ def references(p: TimingPlan) -> list[WholeModel]:
     return reference_models()[:: p.references]
 
 
-def half(profile: dict, device: DeviceProfile, p: TimingPlan, step) -> dict[str, Any]:
-    """The half precision's factors fitted to the reference models timed in bf16 (`profile`'s
-    efficiency updated), then its held-out check: one build of each held-out model (the
-    roofline's error here dwarfs the spread between builds) at its setting and at `LONG`."""
+def half(measured: dict[str, Any], p: TimingPlan, step) -> dict[str, Any]:
+    """The half precision's factors fitted to the reference models timed in bf16 (`profile`
+    takes them), then its held-out check: one build of each held-out model (the roofline's
+    error here dwarfs the spread between builds) at its setting and at `LONG`."""
     timed, skipped = _in_bf16(references(p), dataclasses.replace(p, span=0.0), step)
-    factors = _fit_factors(device, timed)
+    factors = _fit_factors(device(measured, p), timed)
     step("the half precision's factors fitted")
-    eff = profile["efficiency"][HALF]
-    eff.update(compute=round(factors[0], 4), vector=round(factors[2], 4))
-    eff.update(op_overhead_s=float(f"{factors[1] * 1e-6:.3g}"))
-    header = {k: v for k, v in profile.items() if k != "predictor"}
-    device = parse_device(header, source="calibration", default_name="local", learned=True)
+    fitted = profile(measured, p, factors)
+    priced = parse_device(fitted, source="calibration", default_name="local", learned=True)
     held = held_out_models()[: p.held_out]
     ran, not_run = _in_bf16(
         [x for m in held for x in (m, m._replace(prompt=LONG[0], context=LONG[1]))], p, step
     )
     raw = [
-        {**m.setting(), "measured_s": t, "predicted_s": m.predicted(device, HALF)} for m, t in ran
+        {**m.setting(), "measured_s": t, "predicted_s": m.predicted(priced, HALF)} for m, t in ran
     ]
     out = {"factors": list(factors), "skipped": skipped + not_run, "check": raw, "validation": {}}
     for i, q in enumerate(("ttft", "decode")) if raw else ():

@@ -1,0 +1,154 @@
+"""Pooled calibrations of one machine: an earlier calibration's raw timings joined with these.
+
+One calibration times each kernel shape and whole model at one moment of a shared machine, and
+its errors follow that moment (a slow spell during its whole models biases every decode step
+the memory terms predict). Another calibration's moment is another: pooled, the two time
+every shape either timed (a shape or model timed in both at its least time, as a timing is the
+least of its samples) and the predictor refitted to them errs less
+(`benchmarks/bench_latency_pooled.py`), the more so where the two timed other shapes: a
+calibration pooled with N earlier ones draws its shapes with seed N (`TimingPlan.seed`), the
+plans otherwise the same. The earlier timings come from the JSON that
+`archsearch calibrate format=json` printed, read here as data a user did not write: checked
+against this calibration's plan, every number finite and positive, every shape on its grid.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from archsearch.errors import UserError
+from archsearch.latency.calibrate.models import glue_models, held_out_models
+from archsearch.latency.calibrate.plan import TimingPlan
+from archsearch.latency.calibrate.timing import GRIDS
+
+__all__ = ["join", "read_earlier"]
+
+MAX_BYTES = 64 * 2**20
+MODEL_KEYS = {"arch", "prompt", "context", "batch", "measured_s"}
+
+
+def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
+    """(raw timings, CPU) of the calibration output at `path`, checked against plan `p`."""
+
+    def fail(what: str, key: str) -> UserError:
+        return UserError(what, source=path, key=key)
+
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read it: {err.strerror or err}", source=path) from None
+    if len(blob) > MAX_BYTES:
+        raise UserError(f"larger than {MAX_BYTES // 2**20} MiB: not a calibration", source=path)
+    try:
+        data = json.loads(blob, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as err:
+        what = f"not the JSON of `archsearch calibrate format=json`: {err}"
+        raise UserError(what, source=path) from None
+    node, raw = (data.get("node"), data.get("raw")) if isinstance(data, dict) else (None, None)
+    cpu = node.get("cpu") if isinstance(node, dict) else None
+    if not isinstance(cpu, str) or not isinstance(raw, dict):
+        raise fail("expected the output of `archsearch calibrate format=json`", "raw")
+    same = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(p))).items() if k != "seed"}
+    theirs = raw.get("plan")
+    if not isinstance(theirs, dict) or {k: v for k, v in theirs.items() if k != "seed"} != same:
+        raise fail(f"timed under another plan than budget={p.name} at these settings", "raw.plan")
+    pooled = raw.get("pooled", 1)
+    if isinstance(pooled, bool) or not isinstance(pooled, int) or pooled < 1:
+        raise fail(f"expected a count of calibrations, got {pooled!r}", "raw.pooled")
+    memory = raw.get("memory")
+    if not isinstance(memory, dict) or memory.get("bytes") != list(p.memory_sizes):
+        raise fail("expected the memory probe's sizes of this plan", "raw.memory")
+    _seconds(memory.get("seconds"), len(p.memory_sizes), fail, "raw.memory.seconds")
+    kernels = raw.get("kernels")
+    if not isinstance(kernels, dict) or not set(kernels) <= set(p.kernels):
+        raise fail(f"expected a mapping of this plan's kernels {list(p.kernels)}", "raw.kernels")
+    for kernel, entries in kernels.items():
+        _shapes(entries, GRIDS[kernel], fail, f"raw.kernels.{kernel}")
+    for part, models in (("glue", glue_models()), ("held_out", held_out_models())):
+        _models(raw.get(part), {_setting(m.setting()) for m in models}, fail, f"raw.{part}")
+    return raw, cpu
+
+
+def join(raw: dict[str, Any], earlier: dict[str, Any], both: Callable = min) -> dict[str, Any]:
+    """`raw` with `earlier`'s timings pooled in: per kernel the union of the shapes, per shape
+    timed in both, whole model timed in both and memory probe size `both` of the two times (the
+    least, as a timing is the least of its samples; the geometric mean predicts worse:
+    `benchmarks/bench_latency_pooled.py --both`)."""
+    out = copy.deepcopy(raw)
+    for kernel, entries in earlier["kernels"].items():
+        mine = out["kernels"].setdefault(kernel, [])
+        at = {_shape(e): e for e in mine}
+        for e in entries:
+            if _shape(e) in at:
+                at[_shape(e)]["seconds"] = both(at[_shape(e)]["seconds"], e["seconds"])
+            else:
+                mine.append(dict(e))
+                at[_shape(e)] = mine[-1]
+    for part in ("glue", "held_out"):
+        theirs = {_setting(e): e["measured_s"] for e in earlier[part]}
+        for e in out[part]:
+            if _setting(e) in theirs:
+                e["measured_s"] = [both(a, b) for a, b in zip(e["measured_s"], theirs[_setting(e)])]
+    memory = out["memory"]
+    memory["seconds"] = [
+        both(a, b) for a, b in zip(memory["seconds"], earlier["memory"]["seconds"])
+    ]
+    out["pooled"] = raw.get("pooled", 1) + earlier.get("pooled", 1)
+    return out
+
+
+def _shape(entry: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in entry.items() if k != "seconds"))
+
+
+def _setting(entry: dict) -> tuple:
+    return tuple(entry[k] for k in ("arch", "prompt", "context", "batch"))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _positive(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def _whole(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int)
+
+
+def _seconds(values: Any, n: int, fail, key: str) -> None:
+    if not isinstance(values, list) or len(values) != n or not all(map(_positive, values)):
+        raise fail(f"expected {n} positive numbers of seconds", key)
+
+
+def _shapes(entries: Any, grid: dict[str, tuple], fail, key: str) -> None:
+    """Each entry a shape of the kernel's grid with its positive seconds."""
+    if not isinstance(entries, list):
+        raise fail("expected a list of timed shapes", key)
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or set(e) != {*grid, "seconds"}:
+            raise fail(f"expected the keys {sorted({*grid, 'seconds'})}", f"{key}[{i}]")
+        for knob, values in grid.items():
+            if isinstance(e[knob], bool) or e[knob] not in values:
+                what = f"{repr(e[knob])[:40]} is not on its grid {list(values)}"
+                raise fail(what, f"{key}[{i}].{knob}")
+        _seconds([e["seconds"]], 1, fail, f"{key}[{i}].seconds")
+
+
+def _models(entries: Any, known: set[tuple], fail, key: str) -> None:
+    """Each entry a model of this plan's list at its setting, with its two positive times."""
+    if not isinstance(entries, list):
+        raise fail("expected a list of timed whole models", key)
+    for i, e in enumerate(entries):
+        typed = isinstance(e, dict) and set(e) == MODEL_KEYS and isinstance(e["arch"], str)
+        whole = typed and all(_whole(e[k]) for k in ("prompt", "context", "batch"))
+        if not whole or _setting(e) not in known:
+            raise fail("expected a whole model this plan times, at its setting", f"{key}[{i}]")
+        _seconds(e["measured_s"], 2, fail, f"{key}[{i}].measured_s")
