@@ -214,3 +214,17 @@ def test_the_pooled_benchmark_reads_how_many_shapes_two_calibrations_share(outpu
     assert bench.overlap([raw, other]) == 1.0
     other["kernels"] = {"gemm": [{**e, "m": 4096} for e in raw["kernels"]["gemm"]]}
     assert bench.overlap([raw, other]) == 0.0
+
+
+def test_an_earlier_calibration_of_another_cpu_is_refused_before_anything_is_timed(
+    output, tmp_path, capsys, monkeypatch
+):
+    earlier = _write(tmp_path, {**output, "node": {"cpu": "another CPU"}})
+    timed = []
+    monkeypatch.setattr("archsearch.latency.calibrate.calibrate", lambda *a, **k: timed.append(a))
+    out = tmp_path / "mine.yaml"
+    args = ["calibrate", "budget=quick", "repeats=1", f"output={out}", f"pool={earlier}"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{earlier}: node.cpu: timed on 'another CPU'" in err[0]
+    assert timed == [] and not out.exists()

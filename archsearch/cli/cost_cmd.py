@@ -363,6 +363,8 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
             _same_cpu(cpu, processor()["cpu"], cfg.pool)
     if cfg.device_resource:
         result = _calibrate_on_node(cfg, how, earlier)
+        if earlier:  # the node's CPU is known once it has run
+            _same_cpu(cpu, result["node"]["cpu"], cfg.pool)
     else:
         from archsearch.sweep.device_calibration import node_record
 
@@ -370,8 +372,6 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
             result = calibrate(how, progress=progress)
         result["node"] = node_record(how.runtime)
         result = pooled(result, earlier, how) if earlier else result
-    if earlier:
-        _same_cpu(cpu, result["node"]["cpu"], cfg.pool)
     prof = result["profile"]
     node = result["node"]
     prof["name"] = name

@@ -32,7 +32,7 @@ from archsearch.latency.predict import WORK, KernelFit, Memory, Predictor
 from archsearch.latency.trees import parse as parse_trees
 
 __all__ = ["FORMAT", "all_devices", "fitted_path", "load_device", "parse_profile"]
-__all__ += ["predictor_dict", "read_profile", "write_profile"]
+__all__ += ["predictor_dict", "read_profile", "strict_json", "write_profile"]
 
 FORMAT = "archsearch.fitted/2"
 MAX_FITTED_BYTES = 64 * 2**20
@@ -78,7 +78,7 @@ def read_profile(path: str | Path) -> dict[str, Any]:
         what = f"{data.name} is not the data this profile was written with"
         raise fail(f"{what}: {RECALIBRATE}", "fitted.sha256")
     try:
-        fitted = json.loads(blob, parse_constant=_no_constant)
+        fitted = strict_json(blob)
     except (ValueError, RecursionError) as err:
         raise fail(f"{data.name} is not valid JSON: {err}") from None
     if not isinstance(fitted, dict) or set(fitted) != {"format", "predictor"}:
@@ -86,6 +86,11 @@ def read_profile(path: str | Path) -> dict[str, Any]:
     if fitted["format"] != FORMAT:
         raise fail(f"{data.name} is not {FORMAT} data: {RECALIBRATE}")
     return {**raw, "predictor": fitted["predictor"]}
+
+
+def strict_json(blob: bytes) -> Any:
+    """`blob` as JSON, refusing the NaN and Infinity Python's `json` accepts (ValueError)."""
+    return json.loads(blob, parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> Any:

@@ -26,6 +26,7 @@ from archsearch.errors import UserError
 from archsearch.latency.calibrate.models import glue_models, held_out_models
 from archsearch.latency.calibrate.plan import TimingPlan
 from archsearch.latency.calibrate.timing import GRIDS
+from archsearch.latency.profile import strict_json
 
 __all__ = ["join", "read_earlier"]
 
@@ -46,7 +47,7 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
     if len(blob) > MAX_BYTES:
         raise UserError(f"larger than {MAX_BYTES // 2**20} MiB: not a calibration", source=path)
     try:
-        data = json.loads(blob, parse_constant=_no_constant)
+        data = strict_json(blob)
     except (ValueError, RecursionError) as err:
         what = f"not the JSON of `archsearch calibrate format=json`: {err}"
         raise UserError(what, source=path) from None
@@ -85,11 +86,12 @@ def join(raw: dict[str, Any], earlier: dict[str, Any], both: Callable = min) -> 
         mine = out["kernels"].setdefault(kernel, [])
         at = {_shape(e): e for e in mine}
         for e in entries:
-            if _shape(e) in at:
-                at[_shape(e)]["seconds"] = both(at[_shape(e)]["seconds"], e["seconds"])
+            shape = _shape(e)
+            if shape in at:
+                at[shape]["seconds"] = both(at[shape]["seconds"], e["seconds"])
             else:
                 mine.append(dict(e))
-                at[_shape(e)] = mine[-1]
+                at[shape] = mine[-1]
     for part in ("glue", "held_out"):
         theirs = {_setting(e): e["measured_s"] for e in earlier[part]}
         for e in out[part]:
@@ -109,10 +111,6 @@ def _shape(entry: dict) -> tuple:
 
 def _setting(entry: dict) -> tuple:
     return tuple(entry[k] for k in ("arch", "prompt", "context", "batch"))
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a finite number")
 
 
 def _positive(v: Any) -> bool:
