@@ -45,6 +45,10 @@ predictor prices fp32 only): every model timed in bf16 (`calibrate.timing.DTYPES
 fp16, saved to results/latency_accuracy_fp16.json; architectures torch cannot run in bf16 on a
 CPU (gated DeltaNet, DeltaNet: no bf16 `triangular_solve`) are listed and left out.
 
+`--settings PROMPT,CONTEXT,BATCH ...` times the architectures at other settings (assigned in
+the same rotation) than the four above: `--per-kind 2 --settings 192,384,2 192,384,4` is the
+batched run `bench_latency_batch.py` reads.
+
 `--rescore results.json` prices a saved run's timings again on `--device` (no timing: seconds)
 and prints its figures, to read one set of measurements against several profiles; with
 `--out` it saves them (the predictions and figures replaced, `rescored` naming the profile).
@@ -139,14 +143,16 @@ def kinds(d: int) -> dict[str, dict]:
     return out
 
 
-def cases(per_kind: int) -> list[tuple[str, ArchConfig, tuple[int, int, int]]]:
+def cases(
+    per_kind: int, settings: tuple[tuple[int, int, int], ...] = SETTINGS
+) -> list[tuple[str, ArchConfig, tuple[int, int, int]]]:
     """(family, architecture, setting): every kind at `per_kind` sizes and settings, assigned
     in a fixed rotation, so that the set spans widths 128-1024, depths 2-12 and every setting."""
     out = []
     for i, name in enumerate(kinds(64)):
         for j in range(per_kind):
             d, layers = SIZES[(i + 3 * j) % len(SIZES)]
-            setting = SETTINGS[(i + j) % len(SETTINGS)]
+            setting = settings[(i + j) % len(settings)]
             arch = ArchConfig(
                 vocab_size=8192 + 1000 * j,
                 d_model=d,
@@ -288,6 +294,12 @@ def main() -> None:
         help="fp32 (the kernel predictor) or fp16 (the roofline; timed in bf16)",
     )
     ap.add_argument("--per-kind", type=int, default=3, help="architectures per kind")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        metavar="PROMPT,CONTEXT,BATCH",
+        help="the settings the architectures are timed at, in rotation (default: SETTINGS)",
+    )
     ap.add_argument("--out", help="default: results/latency_accuracy[_PRECISION].json")
     ap.add_argument("--rescore", help="a saved result: price its timings on --device, print")
     args = ap.parse_args()
@@ -307,7 +319,10 @@ def main() -> None:
     before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models(), 3, at)
     watch = sentinels()
     watch_ws = np.array([m.working_sets() for m in watch])
-    todo = cases(args.per_kind)
+    settings = SETTINGS
+    if args.settings:
+        settings = tuple(tuple(int(v) for v in s.split(",")) for s in args.settings)
+    todo = cases(args.per_kind, settings)
     passes = min(2, args.instances)
     first = -(-args.instances // passes)  # builds in the first pass
     builds: list[list[tuple[float, float]]] = [[] for _ in todo]
@@ -399,6 +414,7 @@ def main() -> None:
         "runtime": args.runtime,
         "sample_s": {"here": SAMPLE_S, "profile": sampled},
         "precision": at,
+        "settings": [list(s) for s in settings],
         "torch": str(torch.__version__),
         "seconds": round(time.perf_counter() - t0, 1),
         "summary": {},

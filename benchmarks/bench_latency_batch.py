@@ -1,0 +1,166 @@
+"""How well does a calibrated profile price a decode step on several sequences? By batch, for
+every recorded calibration: its own glue models (the whole models its memory terms are fitted
+to: in sample) and the held-out architectures of saved runs (out of sample).
+
+No timing: each calibration's raw timings (`archsearch calibrate format=json`) are refitted
+(`calibrate.refit`) and priced. Per batch: the median of predicted / measured and the share
+within +-10%, for the decode step and, beside it, TTFT; the mean over calibrations, and the
+least and most of their medians (a bias every calibration shares is the predictor's, not an
+hour's).
+
+With `--time-rows` it also times, on this machine, a linear layer of weights that do not fit
+the cache (cycled through copies of 160 MiB in all) at 1-16 rows, one thread: how a decode
+step's weight GEMMs scale with the batch when their weights come from memory (the kernels are
+timed from the cache), as seconds per call and a ratio to one row.
+
+    python benchmarks/bench_latency_batch.py --calibration A=a.json B=b.json \\
+        --runs results/latency_accuracy*.json --time-rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_latency_ablation import QUANTITIES, variant
+from bench_latency_accuracy import cases, predict
+
+
+def figures(ratios: list[float]) -> dict:
+    r = np.asarray(ratios, dtype=np.float64)
+    return {"median": float(np.median(r)), "within_10": float(np.mean(np.abs(r - 1) <= 0.10))}
+
+
+def in_sample(saved: dict, device) -> dict[int, dict]:
+    """Per batch, predicted / measured of the calibration's glue models (phase by quantity)."""
+    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
+    out: dict[int, dict] = {}
+    for e in saved["raw"]["glue"]:
+        model = WholeModel(known[e["arch"]], e["prompt"], e["context"], e["batch"])
+        ratio = np.asarray(model.predicted(device)) / np.asarray(e["measured_s"])
+        for q, r in zip(QUANTITIES, ratio):
+            out.setdefault(e["batch"], {}).setdefault(q, []).append(float(r))
+    return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in out.items()}
+
+
+def held_out(device, runs: list[list[dict]], archs: dict) -> dict[int, dict]:
+    """Per batch, predicted / measured of the held-out runs' architectures (every run)."""
+    out: dict[int, dict] = {}
+    for rows in runs:
+        for r in copy.deepcopy(rows):
+            predict(r, archs[r["summary"]], device)
+            for q in QUANTITIES:
+                ratio = r[f"{q}_pred_ms"] / r[f"{q}_ms"]
+                out.setdefault(r["batch"], {}).setdefault(q, []).append(ratio)
+    return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in out.items()}
+
+
+def time_rows(shapes=((4096, 4096), (1024, 2752), (512, 1408)), rows=(1, 2, 3, 4, 6, 8, 16)):
+    """Per (in, out) weight shape: the least of five passes of seconds per call at each row
+    count, every call on another copy of the weights (copies of 160 MiB in all)."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    out = {}
+    for k, n in shapes:
+        copies = [
+            torch.nn.Linear(k, n, bias=False) for _ in range(max(2, 160 * 2**20 // (4 * k * n)))
+        ]
+        seconds = {}
+        with torch.inference_mode():
+            for m in rows:
+                x = torch.randn(m, k)
+                for layer in copies:
+                    layer(x)
+                best = float("inf")
+                for _ in range(5):
+                    t = time.perf_counter()
+                    for layer in copies:
+                        layer(x)
+                    best = min(best, (time.perf_counter() - t) / len(copies))
+                seconds[str(m)] = best
+        out[f"{k}x{n}"] = {
+            "mib": 4 * k * n / 2**20,
+            "copies": len(copies),
+            "seconds": seconds,
+            "over_one_row": {m: t / seconds["1"] for m, t in seconds.items()},
+        }
+        print(
+            f"{k}x{n}: x one row "
+            + ", ".join(f"{m}: {r:.2f}" for m, r in out[f"{k}x{n}"]["over_one_row"].items())
+        )
+    return out
+
+
+def over_calibrations(per: dict[str, dict], where: str) -> dict:
+    """Per batch and quantity: the mean over calibrations of each figure, and the range of
+    their medians."""
+    batches = sorted({b for c in per.values() for b in c[where]})
+    out = {}
+    for b in batches:
+        got = [c[where][b] for c in per.values() if b in c[where]]
+        out[str(b)] = {
+            q: {
+                "median": float(np.mean([g[q]["median"] for g in got])),
+                "within_10": float(np.mean([g[q]["within_10"] for g in got])),
+                "least_median": float(min(g[q]["median"] for g in got)),
+                "most_median": float(max(g[q]["median"] for g in got)),
+                "n": got[0][q]["n"],
+            }
+            for q in QUANTITIES
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calibration", nargs="+", required=True, help="NAME=RAW.json")
+    ap.add_argument("--runs", nargs="+", required=True, help="saved bench_latency_accuracy runs")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results/latency_batch.json"))
+    ap.add_argument("--time-rows", action="store_true", help="time a linear layer at 1-16 rows")
+    args = ap.parse_args()
+    rows = time_rows() if args.time_rows else None
+    archs = {a.summary(): a for _, a, _ in cases(3)}
+    runs = [json.loads(Path(p).read_text())["rows"] for p in args.runs]
+    per = {}
+    for item in args.calibration:
+        name, _, path = item.partition("=")
+        saved = json.loads(Path(path).read_text())
+        device = variant(saved, ())
+        per[name] = {"glue": in_sample(saved, device), "held_out": held_out(device, runs, archs)}
+        print(name, flush=True)
+    summary = {where: over_calibrations(per, where) for where in ("glue", "held_out")}
+    for where, batches in summary.items():
+        for b, qs in batches.items():
+            d = qs["decode"]
+            print(
+                f"{where:8s} batch {b}: decode predicted/measured {d['median']:.3f} "
+                f"(calibrations {d['least_median']:.3f}-{d['most_median']:.3f}), "
+                f"within +-10% {d['within_10']:.1%}; TTFT {qs['ttft']['median']:.3f}, "
+                f"{qs['ttft']['within_10']:.1%}"
+            )
+    saved = {
+        "command": " ".join(sys.argv),
+        "calibrations": {
+            k: {w: {str(b): v for b, v in x.items()} for w, x in c.items()} for k, c in per.items()
+        },
+        "runs": args.runs,
+        "summary": summary,
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(saved, indent=1))
+    print("saved", args.out)
+
+
+if __name__ == "__main__":
+    main()
