@@ -8,13 +8,16 @@ within +-10%, for the decode step and, beside it, TTFT; the mean over calibratio
 least and most of their medians (a bias every calibration shares is the predictor's, not an
 hour's).
 
-With `--time-rows` it also times, on this machine, a linear layer of weights that do not fit
-the cache (cycled through copies of 160 MiB in all) at 1-16 rows, one thread: how a decode
-step's weight GEMMs scale with the batch when their weights come from memory (the kernels are
-timed from the cache), as seconds per call and a ratio to one row.
+With `--time-rows [RUNTIME ...]` it also times, on this machine, a linear layer of weights that
+do not fit the cache (cycled through copies of 160 MiB in all) at 1-16 rows, one thread, in each
+runtime named (torch, onnxruntime, executorch; none named: torch): how a decode step's weight
+GEMMs scale with the batch when their weights come from memory (the kernels are timed from the
+cache), as seconds per call and a ratio to one row. Without `--calibration` it times only that.
 
     python benchmarks/bench_latency_batch.py --calibration A=a.json B=b.json \\
         --runs results/latency_accuracy*.json --time-rows
+    python benchmarks/bench_latency_batch.py --time-rows torch onnxruntime executorch \\
+        --out results/latency_batch_rows.json
 """
 
 from __future__ import annotations
@@ -63,12 +66,19 @@ def held_out(device, runs: list[list[dict]], archs: dict) -> dict[int, dict]:
     return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in out.items()}
 
 
-def time_rows(shapes=((4096, 4096), (1024, 2752), (512, 1408)), rows=(1, 2, 3, 4, 6, 8, 16)):
+def time_rows(
+    runtime: str = "torch",
+    shapes=((4096, 4096), (1024, 2752), (512, 1408)),
+    rows=(1, 2, 3, 4, 6, 8, 16),
+) -> dict:
     """Per (in, out) weight shape: the least of five passes of seconds per call at each row
-    count, every call on another copy of the weights (copies of 160 MiB in all)."""
+    count, one thread, every call on another copy of the weights (copies of 160 MiB in all),
+    each copy run in `runtime` (`archsearch.runtimes.prepare`)."""
     import time
 
     import torch
+
+    from archsearch.runtimes import prepare
 
     torch.set_num_threads(1)
     out = {}
@@ -77,28 +87,26 @@ def time_rows(shapes=((4096, 4096), (1024, 2752), (512, 1408)), rows=(1, 2, 3, 4
             torch.nn.Linear(k, n, bias=False) for _ in range(max(2, 160 * 2**20 // (4 * k * n)))
         ]
         seconds = {}
-        with torch.inference_mode():
-            for m in rows:
-                x = torch.randn(m, k)
-                for layer in copies:
-                    layer(x)
-                best = float("inf")
-                for _ in range(5):
-                    t = time.perf_counter()
-                    for layer in copies:
-                        layer(x)
-                    best = min(best, (time.perf_counter() - t) / len(copies))
-                seconds[str(m)] = best
+        for m in rows:
+            x = torch.randn(m, k)
+            calls = [prepare(runtime, layer, (x,), threads=1) for layer in copies]
+            for call in calls:
+                call()
+            best = float("inf")
+            for _ in range(5):
+                t = time.perf_counter()
+                for call in calls:
+                    call()
+                best = min(best, (time.perf_counter() - t) / len(calls))
+            seconds[str(m)] = best
         out[f"{k}x{n}"] = {
             "mib": 4 * k * n / 2**20,
             "copies": len(copies),
             "seconds": seconds,
             "over_one_row": {m: t / seconds["1"] for m, t in seconds.items()},
         }
-        print(
-            f"{k}x{n}: x one row "
-            + ", ".join(f"{m}: {r:.2f}" for m, r in out[f"{k}x{n}"]["over_one_row"].items())
-        )
+        ratios = out[f"{k}x{n}"]["over_one_row"].items()
+        print(f"{runtime} {k}x{n}: x one row " + ", ".join(f"{m}: {r:.2f}" for m, r in ratios))
     return out
 
 
@@ -124,12 +132,28 @@ def over_calibrations(per: dict[str, dict], where: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--calibration", nargs="+", required=True, help="NAME=RAW.json")
-    ap.add_argument("--runs", nargs="+", required=True, help="saved bench_latency_accuracy runs")
+    ap.add_argument("--calibration", nargs="+", help="NAME=RAW.json")
+    ap.add_argument("--runs", nargs="+", help="saved bench_latency_accuracy runs")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results/latency_batch.json"))
-    ap.add_argument("--time-rows", action="store_true", help="time a linear layer at 1-16 rows")
+    ap.add_argument(
+        "--time-rows",
+        nargs="*",
+        metavar="RUNTIME",
+        help="time a linear layer at 1-16 rows in these runtimes (none named: torch)",
+    )
     args = ap.parse_args()
-    rows = time_rows() if args.time_rows else None
+    if not args.calibration and args.time_rows is None:
+        ap.error("nothing to do: give --calibration and --runs, or --time-rows")
+    rows = (
+        {rt: time_rows(rt) for rt in args.time_rows or ["torch"]}
+        if args.time_rows is not None
+        else None
+    )
+    if not args.calibration:
+        saved = {"command": " ".join(sys.argv), "rows": rows}
+        Path(args.out).write_text(json.dumps(saved, indent=1))
+        print("saved", args.out)
+        return
     archs = {a.summary(): a for _, a, _ in cases(3)}
     runs = [json.loads(Path(p).read_text())["rows"] for p in args.runs]
     per = {}
