@@ -32,7 +32,7 @@ import numpy as np
 from archsearch.cost.devices import parse_device
 from archsearch.latency.calibrate import refit
 from archsearch.latency.calibrate.fit import TERMS
-from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
+from archsearch.latency.calibrate.models import timed_models
 from archsearch.latency.calibrate.roofline import HALF
 from archsearch.latency.profile import parse_profile
 
@@ -85,10 +85,9 @@ def half_check(saved: dict) -> dict:
     header = {k: v for k, v in saved["profile"].items() if k != "predictor"}
     plain = copy.deepcopy(header)
     plain["efficiency"][HALF].update(compute=1.0, vector=1.0, op_overhead_s=0.0)
-    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
     rows = saved["raw"]["half"]["check"]
     out = {}
-    models = [WholeModel(known[r["arch"]], r["prompt"], r["context"], r["batch"]) for r in rows]
+    models = timed_models(rows)
     measured = np.array([r["measured_s"] for r in rows])
     for name, profile in (("fitted", header), ("left_out", plain)):
         device = parse_device(profile, source="calibration", default_name="c", learned=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
+from archsearch.latency.calibrate.models import timed_models
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency_ablation import QUANTITIES, variant
@@ -44,10 +44,9 @@ def figures(ratios: list[float]) -> dict:
 
 def in_sample(saved: dict, device) -> dict[int, dict]:
     """Per batch, predicted / measured of the calibration's glue models (phase by quantity)."""
-    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
     out: dict[int, dict] = {}
-    for e in saved["raw"]["glue"]:
-        model = WholeModel(known[e["arch"]], e["prompt"], e["context"], e["batch"])
+    entries = saved["raw"]["glue"]
+    for e, model in zip(entries, timed_models(entries)):
         ratio = np.asarray(model.predicted(device)) / np.asarray(e["measured_s"])
         for q, r in zip(QUANTITIES, ratio):
             out.setdefault(e["batch"], {}).setdefault(q, []).append(float(r))
@@ -144,6 +143,8 @@ def main() -> None:
     args = ap.parse_args()
     if not args.calibration and args.time_rows is None:
         ap.error("nothing to do: give --calibration and --runs, or --time-rows")
+    if args.calibration and not args.runs:
+        ap.error("--calibration needs --runs: the saved runs to read the calibrations on")
     rows = (
         {rt: time_rows(rt) for rt in args.time_rows or ["torch"]}
         if args.time_rows is not None

@@ -34,7 +34,12 @@ import numpy as np
 
 from archsearch.cost.devices import DeviceProfile, cpu_name
 from archsearch.latency.calibrate import fit, pool, roofline, timing
-from archsearch.latency.calibrate.models import WholeModel, glue_models, held_out_models
+from archsearch.latency.calibrate.models import (
+    WholeModel,
+    glue_models,
+    held_out_models,
+    timed_models,
+)
 from archsearch.latency.calibrate.plan import PLANS, TimingPlan, plan
 from archsearch.latency.calibrate.sample import Sampler, budget, kernel_rows
 from archsearch.latency.predict import Predictor
@@ -170,7 +175,7 @@ def fit_raw(raw: dict, device: DeviceProfile, probe, kernels: dict, without=()) 
         kernels,
         dict.fromkeys(("forward", "step")),
     )
-    glue, held = _models(raw["glue"]), _models(raw["held_out"])
+    glue, held = timed_models(raw["glue"]), timed_models(raw["held_out"])
     glue_s = np.array([e["measured_s"] for e in raw["glue"]], dtype=float).reshape(-1, 2)
     terms = fit.model_terms(glue, device.with_predictor(bare)) if glue else None
     memory = fit.fit_memory_terms(glue_s, *terms, probe, without) if glue else {}
@@ -190,11 +195,6 @@ def fit_raw(raw: dict, device: DeviceProfile, probe, kernels: dict, without=()) 
     working = [m.working_sets() for m in held + glue[: len(loo)]]
     check = fit.pooled_check(measured, predicted, working, method, probe.hi if probe else 0.0)
     return predictor, {q: [v] for q, v in check.items()}
-
-
-def _models(entries: list[dict]) -> list[WholeModel]:
-    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
-    return [WholeModel(known[e["arch"]], e["prompt"], e["context"], e["batch"]) for e in entries]
 
 
 def refit(raw: dict, without=()) -> tuple[Predictor, dict]:

@@ -21,7 +21,7 @@ from archsearch.cost.devices import DeviceProfile
 from archsearch.cost.model import prefill_phase, step_phase, working_set
 from archsearch.cost.ops import Columns, Phase
 
-__all__ = ["WholeModel", "glue_models", "held_out_models", "reference_models"]
+__all__ = ["WholeModel", "glue_models", "held_out_models", "reference_models", "timed_models"]
 
 HELD_OUT_PROMPT, HELD_OUT_CONTEXT = 192, 384
 
@@ -183,3 +183,10 @@ def reference_models() -> list[WholeModel]:
         ]
         out += [WholeModel(_arch(d, depth, 4096, 1024, **k)) for k in kinds]
     return out
+
+
+def timed_models(entries: list[dict]) -> list[WholeModel]:
+    """The glue or held-out models of a calibration's recorded timings, each entry as
+    `WholeModel.setting` wrote it."""
+    known = {m.arch.summary(): m.arch for m in glue_models() + held_out_models()}
+    return [WholeModel(known[e["arch"]], e["prompt"], e["context"], e["batch"]) for e in entries]
