@@ -8,6 +8,11 @@ within +-10%, for the decode step and, beside it, TTFT; the mean over calibratio
 least and most of their medians (a bias every calibration shares is the predictor's, not an
 hour's).
 
+Each calibration is read twice, with the weights' passes on B rows (`predict.Passes`, from
+its passes probe) and with one pass (`without=("passes",)`: the predictor before the probe),
+side by side; `--passes-from RAW.json` lends a calibration's probe to the recorded ones timed
+before it (the same machine's BLAS).
+
 With `--time-rows [RUNTIME ...]` it also times, on this machine, a linear layer of weights that
 do not fit the cache (cycled through copies of 160 MiB in all) at 1-16 rows, one thread, in each
 runtime named (torch, onnxruntime, executorch; none named: torch): how a decode step's weight
@@ -15,7 +20,7 @@ GEMMs scale with the batch when their weights come from memory (the kernels are 
 cache), as seconds per call and a ratio to one row. Without `--calibration` it times only that.
 
     python benchmarks/bench_latency_batch.py --calibration A=a.json B=b.json \\
-        --runs results/latency_accuracy*.json --time-rows
+        --runs results/latency_accuracy*.json --passes-from c.json
     python benchmarks/bench_latency_batch.py --time-rows torch onnxruntime executorch \\
         --out results/latency_batch_rows.json
 """
@@ -129,11 +134,33 @@ def over_calibrations(per: dict[str, dict], where: str) -> dict:
     return out
 
 
+def better(per: dict[str, dict], one_pass: dict[str, dict]) -> dict:
+    """Per batch, held out: how many calibrations read decode within +-10% more often with
+    their passes than with one pass, how many less, and the mean change (points)."""
+    out = {}
+    for b in sorted({b for c in per.values() for b in c["held_out"]}):
+        change = [
+            per[k]["held_out"][b]["decode"]["within_10"]
+            - one_pass[k]["held_out"][b]["decode"]["within_10"]
+            for k in per
+            if b in per[k]["held_out"]
+        ]
+        out[str(b)] = {
+            "better": sum(c > 1e-9 for c in change),
+            "worse": sum(c < -1e-9 for c in change),
+            "mean_change": float(np.mean(change)),
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", nargs="+", help="NAME=RAW.json")
     ap.add_argument("--runs", nargs="+", help="saved bench_latency_accuracy runs")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results/latency_batch.json"))
+    ap.add_argument(
+        "--passes-from", help="RAW.json whose passes probe calibrations without one use"
+    )
     ap.add_argument(
         "--time-rows",
         nargs="*",
@@ -157,14 +184,23 @@ def main() -> None:
         return
     archs = {a.summary(): a for _, a, _ in cases(3)}
     runs = [json.loads(Path(p).read_text())["rows"] for p in args.runs]
-    per = {}
+    lent = json.loads(Path(args.passes_from).read_text())["raw"] if args.passes_from else {}
+    per: dict[str, dict] = {}
+    one_pass: dict[str, dict] = {}
     for item in args.calibration:
         name, _, path = item.partition("=")
         saved = json.loads(Path(path).read_text())
-        device = variant(saved, ())
-        per[name] = {"glue": in_sample(saved, device), "held_out": held_out(device, runs, archs)}
+        saved["raw"]["passes"] = saved["raw"].get("passes") or lent.get("passes")
+        for into, without in ((per, ()), (one_pass, ("passes",))):
+            device = variant(saved, without)
+            glue, held = in_sample(saved, device), held_out(device, runs, archs)
+            into[name] = {"glue": glue, "held_out": held}
         print(name, flush=True)
     summary = {where: over_calibrations(per, where) for where in ("glue", "held_out")}
+    before = {where: over_calibrations(one_pass, where) for where in ("glue", "held_out")}
+    for b, qs in before["held_out"].items():
+        d = qs["decode"]
+        print(f"one pass held_out batch {b}: decode {d['median']:.3f}, {d['within_10']:.1%}")
     for where, batches in summary.items():
         for b, qs in batches.items():
             d = qs["decode"]
@@ -181,6 +217,14 @@ def main() -> None:
         },
         "runs": args.runs,
         "summary": summary,
+        "one_pass": {
+            "calibrations": {
+                k: {w: {str(b): v for b, v in x.items()} for w, x in c.items()}
+                for k, c in one_pass.items()
+            },
+            "summary": before,
+        },
+        "better": better(per, one_pass),
         "rows": rows,
     }
     Path(args.out).write_text(json.dumps(saved, indent=1))

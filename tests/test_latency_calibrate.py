@@ -22,7 +22,7 @@ from archsearch.cli import main
 from archsearch.cost.counts import params as count_params
 from archsearch.latency import columns, decode_s, load_device, ttft_s
 from archsearch.latency.calibrate import PLANS, calibrate, plan, refit, roofline, timing
-from archsearch.latency.calibrate.fit import fit_kernel, fit_memory, fit_memory_terms
+from archsearch.latency.calibrate.fit import fit_kernel, fit_memory, fit_memory_terms, fit_passes
 from archsearch.latency.calibrate.models import glue_models, held_out_models, reference_models
 from archsearch.latency.calibrate.sample import DECODE_DRAWN, Sampler, budget, kernel_rows
 from archsearch.latency.kernels import KERNELS, gemm_work
@@ -40,10 +40,11 @@ class FakeMachine:
     kernel shapes, the whole models, the memory sizes and the matmul grid timed."""
 
     def __init__(self, monkeypatch):
-        self.shapes, self.models, self.memory, self.matmuls = [], [], [], []
+        self.shapes, self.models, self.memory, self.matmuls, self.passes = [], [], [], [], []
         monkeypatch.setattr(timing, "time_shape", self.time_shape)
         monkeypatch.setattr(timing, "time_model", self.time_model)
         monkeypatch.setattr(timing, "memory_seconds", self.memory_seconds)
+        monkeypatch.setattr(timing, "pass_seconds", self.pass_seconds)
         monkeypatch.setattr(roofline, "measure", self.measure)
         monkeypatch.setattr(roofline, "time_model", self.time_model)
 
@@ -60,6 +61,25 @@ class FakeMachine:
     def memory_seconds(self, n, p):
         self.memory.append(n)
         return 1e-6 + 2e-11 * n + float(PROBE.byte_stalls(n))
+
+    def pass_seconds(self, p):
+        """A layer's time from the cache grows with its rows; from memory it adds its weights'
+        stalls, twice on two rows (`PASSES`)."""
+        self.passes.append((p.pass_sizes, p.pass_rows))
+        cache = [[1e-11 * rows * n for n in p.pass_sizes] for rows in p.pass_rows]
+        memory = [
+            [
+                t + PASSES.get(rows, 1.0) * float(PROBE.byte_stalls(64 * n))
+                for t, n in zip(line, p.pass_sizes)
+            ]
+            for rows, line in zip(p.pass_rows, cache)
+        ]
+        return {
+            "bytes": list(p.pass_sizes),
+            "rows": list(p.pass_rows),
+            "memory_s": memory,
+            "cache_s": cache,
+        }
 
     def measure(self, p):
         self.matmuls.append((p.matmul_rows, p.matmul_weights))
@@ -93,10 +113,12 @@ def test_a_quick_then_a_full_calibration_in_one_process_time_the_full_grid(monke
     assert {s.kernel for s in machine.shapes} == set(quick.kernels)
     for record in (machine.shapes, machine.models, machine.memory, machine.matmuls):
         record.clear()
+    machine.passes.clear()
     full = plan("full", samples=8)
     out = calibrate(full)
     assert machine.matmuls == [(PLANS["full"].matmul_rows, PLANS["full"].matmul_weights)]
     assert machine.memory == list(PLANS["full"].memory_sizes)
+    assert machine.passes == [(PLANS["full"].pass_sizes, PLANS["full"].pass_rows)]
     for kernel in KERNELS:
         timed = {s for s in machine.shapes if s.kernel == kernel}
         most = budget(kernel, full.samples)
@@ -215,21 +237,23 @@ def test_a_kernel_fit_leaves_out_the_stalls_it_met_alone():
     np.testing.assert_allclose(gemm(fit, m, k, n), gemm_work(m, k, n) @ true, rtol=0.05)
 
 
+PASSES = {1: 1.0, 2: 2.0, 4: 1.0, 8: 1.0}  # a BLAS that streams the weights per row at 2 rows
+
+
 def models_of(n: int, seed: int):
     """n models of 2-12 layers, 2-192 MiB: kernels' sums, layers, working sets, three weight
-    GEMMs each whose compute beyond one row grows with a batch of 1-8."""
+    GEMMs each whose compute beyond one row grows with a batch of 1-8 (and that stream their
+    weights twice on two sequences: `PASSES`)."""
     rng = np.random.default_rng(seed)
     layers = rng.choice([2.0, 4.0, 8.0, 12.0], n)
     working = np.geomspace(2, 192, n) * MIB
     batch = rng.choice([1, 2, 4, 8], n)
     kernels = np.stack([1e-3 + 2e-11 * working + 5e-5 * layers] * 2, axis=1)
-    gemms = [
-        (
-            (b - 1) * rng.uniform(0.5, 2.0) * 1e-12 * ws * np.array([4.0, 3.0, 2.0]),
-            ws * np.array([0.4, 0.3, 0.2]),
-        )
-        for b, ws in zip(batch, working)
-    ]
+    gemms = []
+    for b, ws in zip(batch, working):
+        extra = (b - 1) * rng.uniform(0.5, 2.0) * 1e-12 * ws * np.array([4.0, 3.0, 2.0])
+        weights = ws * np.array([0.4, 0.3, 0.2])
+        gemms.append((extra, weights, weights * PASSES[b]))
     return kernels, layers, np.stack([working, working], axis=1), gemms
 
 
@@ -244,25 +268,58 @@ def test_the_memory_terms_fit_recovers_the_stalls_the_per_layer_miss_and_the_ove
     w, miss_s, overlap, seed
 ):
     """Whole models timed as their kernels + a known per-missed-byte cost, per-layer miss and
-    overlap (decode step) are fitted back; a prefill keeps neither miss nor overlap."""
+    overlap (decode step, with its weights' passes) are fitted back; a prefill keeps neither
+    miss nor overlap, nor passes."""
     kernels, layers, working, gemms = models_of(72, seed)
     step = Memory(w * PROBE.stall_s, PROBE.lo, PROBE.hi, miss_s, overlap)
-    truth = {"forward": Memory(w * PROBE.stall_s, PROBE.lo, PROBE.hi), "step": step}
+    forward = Memory(w * PROBE.stall_s, PROBE.lo, PROBE.hi)
+    batched = np.array([step.batched(ws, *g) for ws, g in zip(working[:, 1], gemms)])
     measured = np.stack(
         [
-            kernels[:, i]
-            + m.stalls(working[:, i], layers)
-            - np.array([m.hidden(ws, *g) for ws, g in zip(working[:, i], gemms)])
-            for i, m in enumerate(truth.values())
+            kernels[:, 0] + forward.stalls(working[:, 0], layers),
+            kernels[:, 1] + step.stalls(working[:, 1], layers) + batched,
         ],
         axis=1,
     )
+    truth = {"forward": forward, "step": step}
     got = fit_memory_terms(measured, kernels, layers, working, gemms, PROBE)
     assert got["forward"].miss_s == 0.0 and got["forward"].overlap == 0.0
     assert got["step"].overlap == pytest.approx(overlap)
     for phase, true in truth.items():
         assert got[phase].stall_s == pytest.approx(true.stall_s, rel=0.02)
     assert got["step"].miss_s == pytest.approx(miss_s, abs=0.02 * 2e-4)
+
+
+def test_the_passes_are_each_sizes_stalls_over_one_rows_at_least_one():
+    """Stalls (from memory less from the cache) at each row count over one row's, per layer
+    size; a size whose stalls are lost in its time streams once; none without timings."""
+    timed = {
+        "bytes": [MIB, 16 * MIB],
+        "rows": [1, 2, 4],
+        "cache_s": [[1e-5, 1e-4], [2e-5, 2e-4], [4e-5, 3e-4]],
+        "memory_s": [[1.01e-5, 5e-4], [2.02e-5, 1e-3], [4.1e-5, 6e-4]],
+    }
+    got = fit_passes(timed)
+    assert got.rows == (1, 2, 4) and got.nbytes == (MIB, 16 * MIB)
+    assert [line[0] for line in got.table] == [1.0, 1.0, 1.0]  # 1e-7 s of 1.01e-5: no stall
+    assert [line[1] for line in got.table] == [1.0, 2.0, 1.0]  # 4, 8, 3 x 1e-4 s of stalls
+    assert fit_passes(None) is None
+
+
+def test_a_calibration_fits_its_passes_and_the_ablation_may_leave_them_out(monkeypatch):
+    """The passes probe's timings become the decode step's `passes`; `without=("passes",)`
+    leaves them out; a deploy runtime does not time them (each copy an export)."""
+    FakeMachine(monkeypatch)
+    probed = dict(memory_mib=PLANS["full"].memory_mib)  # the quick probe finds no cache level
+    raw = calibrate(plan("quick", **probed))["raw"]
+    predictor, _ = refit(raw)
+    assert predictor.memory["step"].passes == fit_passes(raw["passes"])
+    assert predictor.memory["step"].passes.at(2, 4 * MIB) == pytest.approx(2.0)
+    assert refit(raw, without=("passes",))[0].memory["step"].passes is None
+    assert predictor.memory["forward"].passes is None
+    monkeypatch.setattr(timing, "pass_seconds", lambda p: pytest.fail("timed in a deploy runtime"))
+    deployed = calibrate(plan("quick", runtime="onnxruntime", **probed))["raw"]
+    assert deployed["passes"] is None and refit(deployed)[0].memory["step"].passes is None
 
 
 @pytest.mark.parametrize("term", ["trees", "stalls", "miss", "overlap"])

@@ -85,10 +85,20 @@ def _edits(output: dict):
             "raw.held_out[0].measured_s",
         ),
         ("a count of true", lambda d: d["raw"].update(pooled=True), "raw.pooled"),
+        (
+            "the passes at other rows",
+            lambda d: d["raw"]["passes"]["rows"].__setitem__(1, 3),
+            "raw.passes",
+        ),
+        (
+            "a passes timing of zero",
+            lambda d: d["raw"]["passes"]["memory_s"][1].__setitem__(0, 0),
+            "raw.passes.memory_s[1]",
+        ),
     ]
 
 
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(14))
 def test_a_hostile_earlier_calibration_is_one_line_naming_its_key(output, tmp_path, case):
     name, edit, key = _edits(output)[case]
     data = copy.deepcopy(output)
@@ -148,6 +158,7 @@ def test_joined_timings_are_the_union_of_the_shapes_each_at_its_least_time(outpu
     gemm.append({**gemm[0], "m": 2048, "seconds": 1.0})  # a shape only the earlier timed
     earlier["glue"][0]["measured_s"] = [1e-9, 1e3]
     earlier["memory"]["seconds"][0] /= 2
+    earlier["passes"]["cache_s"][1][0] /= 2
     before = copy.deepcopy(raw)
     joined = join(raw, earlier)
     assert raw == before  # neither input is changed
@@ -156,6 +167,10 @@ def test_joined_timings_are_the_union_of_the_shapes_each_at_its_least_time(outpu
     assert mine[-1] == gemm[-1] and len(mine) == len(raw["kernels"]["gemm"]) + 1
     assert joined["glue"][0]["measured_s"] == [1e-9, raw["glue"][0]["measured_s"][1]]
     assert joined["memory"]["seconds"][0] == earlier["memory"]["seconds"][0]
+    assert joined["passes"]["cache_s"] == [
+        raw["passes"]["cache_s"][0],
+        earlier["passes"]["cache_s"][1],
+    ]
     assert joined["pooled"] == 2 and join(joined, raw)["pooled"] == 3
     assert {k: v for k, v in join(raw, raw).items() if k != "pooled"} == raw
     assert join(raw, earlier, both=max)["kernels"]["gemm"][0] == raw["kernels"]["gemm"][0]

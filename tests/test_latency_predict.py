@@ -5,6 +5,7 @@ row as alone, and every prediction carries its error."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from archsearch.cost.ffn import experts_touched
 from archsearch.cost.ops import Columns, Phase
 from archsearch.latency import columns, decode_s, load_device, phase_seconds, prediction, ttft_s
 from archsearch.latency.kernels import KERNELS, PHASES
-from archsearch.latency.predict import KernelFit, Memory, Predictor, seconds_by_part
+from archsearch.latency.predict import KernelFit, Memory, Passes, Predictor, seconds_by_part
 from archsearch.latency.profile import parse_predictor, predictor_dict
 from archsearch.latency.trees import fit, from_sklearn
 from archsearch.models import build_model
@@ -203,12 +204,75 @@ def test_a_batched_decode_step_hides_stalls_behind_its_gemms_and_a_single_one_do
         p = Phase("step", T=1, n0=256, B=batch)
         assert model.working_set(c, p)[0] > none.predictor.memory["step"].hi
         plain, hid = (phase_seconds(c, p, d, "fp32")[0] for d in (none, hiding))
-        extra, nbytes = none.predictor.weight_gemms(c, p, none, p.tokens)
-        assert extra.shape == nbytes.shape and extra.shape[1] == 1
+        extra, nbytes, streamed = none.predictor.weight_gemms(c, p, none, p.tokens)
+        assert extra.shape == nbytes.shape and extra.shape[1] == 1 and np.all(streamed == nbytes)
         if batch == 1:
             assert np.all(extra == 0) and hid == pytest.approx(plain, rel=1e-12)
         else:
             assert plain - extra.sum() - 1e-12 <= hid < plain
+
+
+TWICE = Passes((1, 2, 4, 8), (MIB, 16 * MIB), ((1, 1), (1.2, 2.0), (1.0, 1.5), (1, 1)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(1.0, 16.0), st.floats(2.0**10, 2.0**32))
+def test_passes_are_the_table_at_its_points_and_between_them_elsewhere(rows, nbytes):
+    """Linear in rows and log bytes, held at the grid's ends: within the table's range, one
+    pass on one row, the table itself at its points."""
+    got = float(TWICE.at(rows, nbytes))
+    assert 1.0 - 1e-12 <= got <= 2.0 + 1e-12 and float(TWICE.at(1.0, nbytes)) == 1.0
+    assert float(TWICE.at(2, 16 * MIB)) == 2.0 and float(TWICE.at(2, MIB)) == pytest.approx(1.2)
+    assert float(TWICE.at(3, 16 * MIB)) == pytest.approx(1.75)  # halfway from 2 to 4 rows
+    assert float(TWICE.at(2, 4 * MIB)) == pytest.approx(1.6)  # halfway in log bytes
+
+
+def test_weights_streamed_again_pay_their_stalls_again():
+    """A decode step whose weights stream twice on two sequences pays their stalls once more
+    (the stalls per byte of its working set x its GEMMs' weight bytes); on one sequence, and on
+    four where they stream once, its price is unchanged."""
+    wide = ArchConfig(
+        vocab_size=4096, d_model=1024, n_layers=4, attention=AttentionConfig(n_heads=8)
+    )
+    once = synthetic(overlap=0.0)
+    step = dataclasses.replace(once.memory["step"], passes=TWICE)
+    twice = dataclasses.replace(once, memory={**once.memory, "step": step})
+    c = columns(wide)
+    for batch, again in ((1, 0.0), (2, 1.0), (4, 0.5)):
+        p = Phase("step", T=1, n0=256, B=batch)
+        plain, more = (phase_seconds(c, p, device(x), "fp32")[0] for x in (once, twice))
+        _, weights, streamed = twice.weight_gemms(c, p, device(twice), p.tokens, TWICE)
+        per_byte = float(step.per_byte(model.working_set(c, p))[0])
+        assert more - plain == pytest.approx(per_byte * (streamed - weights).sum(), rel=1e-9)
+        assert (more - plain > 0) == (again > 0)
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "key"),
+    [
+        ("rows", [2, 1], "rows"),
+        ("bytes", [], "bytes"),
+        ("table", [[1.0, 1.0]], "table"),
+        ("table", [[1, 1], [0.5, 2], [1, 1], [1, 1]], "table"),
+        ("table", [[1.1, 1], [1, 2], [1, 1], [1, 1]], "table"),
+        ("table", [[1, 1], [1, "2"], [1, 1], [1, 1]], "table"),
+    ],
+)
+def test_a_bad_passes_table_names_its_key(part, value, key):
+    """A profile's passes: rows from one and bytes rising, [rows][bytes] numbers of at least
+    one pass, one pass on one row; anything else is one line naming the key."""
+    from archsearch.errors import UserError
+
+    once = synthetic()
+    step = dataclasses.replace(once.memory["step"], passes=TWICE)
+    raw = predictor_dict(dataclasses.replace(once, memory={**once.memory, "step": step}))
+    back = parse_predictor(copy.deepcopy(raw), "mem")
+    assert back.memory["step"].passes == TWICE and predictor_dict(back) == raw
+    raw["memory"]["step"]["passes"][part] = value
+    with pytest.raises(UserError) as info:
+        parse_predictor(raw, "mem")
+    assert info.value.key == f"predictor.memory.step.passes.{key}"
+    assert "\n" not in str(info.value)
 
 
 @settings(max_examples=30, deadline=None)

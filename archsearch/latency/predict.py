@@ -15,8 +15,10 @@ overhead per operator.
 
 Memory stalls (`Memory`, per phase): timed alone, again and again, a kernel finds its weights
 and state in the cache; in a model whose working set (`cost.model.working_set`) outgrows the
-cache, the other layers have evicted them. Each term below is kept because leaving it out costs
-held-out accuracy beyond the spread between two calibrations (`bench_latency_ablation.py`).
+cache, the other layers have evicted them. On B > 1 sequences a linear layer may stream its
+weights more than once (`Passes`, measured per runtime). Each fitted term below is kept because
+leaving it out costs held-out accuracy beyond the spread between two calibrations
+(`bench_latency_ablation.py`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,31 @@ from archsearch.cost.ops import Columns, Op, Phase
 from archsearch.latency import kernels as K
 from archsearch.latency.trees import Ensemble
 
-__all__ = ["KernelFit", "Memory", "Prediction", "Predictor", "decode_s", "e2e_s"]
+__all__ = ["KernelFit", "Memory", "Passes", "Prediction", "Predictor", "decode_s", "e2e_s"]
 __all__ += ["latency_errors", "phase_seconds", "prediction", "seconds_by_part", "ttft_s"]
 
 WORK = ("launch_s", "byte_s", "flop_s", "call_s")  # a kernel's learned-roofline coefficients
 _HASH = np.random.default_rng(20240613).uniform(1.0, 2.0, 16) * np.pi
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How many times a linear layer streams its weights from memory on `rows` rows, relative
+    to one row, by rows and by the layer's fp32 weight bytes (measured: its stalls, timed from
+    memory less from the cache, over one row's; at least 1). A BLAS may run two or three rows
+    as that many matrix-vector products, each reading the weights again, where a blocked
+    kernel at more rows reads them once. Linear in rows and in log bytes between the grid's
+    points, held at its ends."""
+
+    rows: tuple[float, ...]
+    nbytes: tuple[float, ...]
+    table: tuple[tuple[float, ...], ...]  # [rows][nbytes]; its first row (one row) is 1
+
+    def at(self, rows: float, nbytes) -> np.ndarray:
+        """The passes of a layer of `nbytes` weight bytes (an array) on `rows` rows."""
+        line = [np.interp(rows, self.rows, column) for column in zip(*self.table)]
+        log_bytes = np.log(np.maximum(np.asarray(nbytes, dtype=np.float64), 1.0))
+        return np.interp(log_bytes, np.log(self.nbytes), line)
 
 
 @dataclass(frozen=True)
@@ -49,13 +71,15 @@ class Memory:
     A decode step also pays `miss_s` per layer x that share (deep, narrow models beyond the
     cache decode slower than their bytes say; the cause is not measured), and on B > 1
     sequences its weight GEMMs hide part of the stalls behind their extra compute: `overlap` x
-    the sum over GEMMs of min(its share of the stalls, its time at B rows less at one)."""
+    the sum over GEMMs of min(its share of the stalls, its time at B rows less at one), its
+    weights' stalls paid again for each of their `passes` beyond the first."""
 
     stall_s: float  # seconds per working-set byte that misses the cache
     lo: float  # bytes: below this working set nothing misses
     hi: float  # bytes: beyond it every byte misses
     miss_s: float = 0.0  # seconds per layer x the share that misses (decode step)
     overlap: float = 0.0  # share of the stalls a batched step's GEMMs can hide (decode step)
+    passes: Passes | None = None  # a batched step's passes over its weights (None: one)
 
     def missing(self, nbytes) -> np.ndarray:
         """The share of a working set of `nbytes` that misses the cache."""
@@ -72,11 +96,22 @@ class Memory:
         per_layer = self.miss_s * np.asarray(layers, dtype=np.float64) * self.missing(nbytes)
         return self.byte_stalls(nbytes) + per_layer
 
-    def hidden(self, nbytes, extra, weight_bytes) -> np.ndarray:
-        """What the weight GEMMs hide; `extra` (seconds) and `weight_bytes` are [GEMMs, rows]."""
+    def per_byte(self, nbytes) -> np.ndarray:
+        """The stalls per byte a model of working set `nbytes` streams."""
         nbytes = np.asarray(nbytes, dtype=np.float64)
-        share = np.asarray(weight_bytes) * (self.byte_stalls(nbytes) / np.maximum(nbytes, 1.0))
+        return self.byte_stalls(nbytes) / np.maximum(nbytes, 1.0)
+
+    def hidden(self, nbytes, extra, streamed) -> np.ndarray:
+        """What the weight GEMMs hide, `extra` seconds and `streamed` bytes [GEMMs, rows]."""
+        share = np.asarray(streamed) * self.per_byte(nbytes)
         return self.overlap * np.minimum(np.asarray(extra, dtype=np.float64), share).sum(axis=0)
+
+    def batched(self, nbytes, extra, weights, streamed) -> np.ndarray:
+        """What B > 1 sequences add to a step's stalls, from its weight GEMMs' extra seconds,
+        weight bytes and bytes streamed (weights x passes), each [GEMMs, rows]: the passes
+        beyond the first, less what the GEMMs hide."""
+        again = np.sum(streamed, axis=0) - np.sum(weights, axis=0)
+        return self.per_byte(nbytes) * again - self.hidden(nbytes, extra, streamed)
 
 
 @dataclass(frozen=True)
@@ -173,28 +208,33 @@ class Predictor:
         if memory is not None:
             nbytes = working_set(c, p)
             stalls = memory.stalls(nbytes, c.L)
-            if memory.overlap and p.B > 1:  # on one sequence no GEMM has rows to hide behind
-                stalls = stalls - memory.hidden(nbytes, *self.weight_gemms(c, p, device, rows))
+            if p.B > 1 and (memory.overlap or memory.passes):  # one sequence: one pass, no rows
+                gemms = self.weight_gemms(c, p, device, rows, memory.passes)
+                stalls = stalls + memory.batched(nbytes, *gemms)
             out.append((Op("memory stalls", category="norms+residual"), stalls))
         return out
 
-    def weight_gemms(self, c: Columns, p: Phase, device: DeviceProfile, head_rows):
-        """(extra seconds, fp32 weight bytes) [GEMMs, rows] of each GEMM with weights of a phase
-        on B sequences, multiplicity included: its time at the phase's rows less at one
-        sequence's (`Memory.hidden`)."""
+    def weight_gemms(self, c: Columns, p: Phase, device, head_rows, passes: Passes | None = None):
+        """(extra seconds, weight bytes, bytes streamed) [GEMMs, rows] of each GEMM with fp32
+        weights of a phase on B sequences, multiplicity included: its time at the phase's rows
+        less at one sequence's, and its weights x their `passes` on B rows (`Memory.batched`)."""
         one = Phase(p.kind, p.T, p.n0, 1.0, p.causal)
         extra = [
             self.gemm(device, head_rows, c.d, c.V) - self.gemm(device, head_rows / p.B, c.d, c.V)
         ]
-        nbytes = [K.FP32 * c.d * c.V]
+        counts, each = [np.ones(c.n)], [K.FP32 * c.d * c.V + np.zeros(c.n)]  # one copy's bytes
         for _, count, fn in block_modules(c):
             for op, op1 in zip(fn(c, p), fn(c, one)) if np.any(count) else ():
                 if op.kind == "matmul" and np.any(np.asarray(op.k) > 0) and np.any(op.weights):
                     extra.append(
                         count * (self.matmul(op, device, c.n) - self.matmul(op1, device, c.n))
                     )
-                    nbytes.append(count * K.FP32 * np.asarray(op.weights, dtype=np.float64))
-        return np.maximum(np.array(extra), 0.0), np.array(nbytes) + np.zeros(c.n)
+                    counts.append(count + np.zeros(c.n))
+                    each.append(K.FP32 * np.asarray(op.weights, dtype=np.float64) + np.zeros(c.n))
+        each = np.array(each, dtype=np.float64)
+        weights = np.array(counts, dtype=np.float64) * each
+        streamed = weights if passes is None else weights * passes.at(p.B, each)
+        return np.maximum(np.array(extra), 0.0), weights, streamed
 
 
 def _roofline(device: DeviceProfile, flops, nbytes) -> np.ndarray:

@@ -28,7 +28,7 @@ from archsearch.cost import devices
 from archsearch.cost.devices import LOCAL, DeviceProfile, parse_device
 from archsearch.errors import UserError
 from archsearch.latency.kernels import KERNELS, PHASES
-from archsearch.latency.predict import WORK, KernelFit, Memory, Predictor
+from archsearch.latency.predict import WORK, KernelFit, Memory, Passes, Predictor
 from archsearch.latency.trees import parse as parse_trees
 
 __all__ = ["FORMAT", "all_devices", "fitted_path", "load_device", "parse_profile"]
@@ -153,10 +153,12 @@ def parse_predictor(raw: Any, source: str) -> Predictor:
     memory = {}
     for phase, entry in raw["memory"].items():
         if entry is not None:
-            _keys(entry, set(MEMORY), fail, f"memory.{phase}")
-            entry = Memory(*(_number(entry[k], fail, f"memory.{phase}.{k}") for k in MEMORY))
+            at, passes = f"memory.{phase}", entry.get("passes") if isinstance(entry, dict) else None
+            _keys(entry, set(MEMORY) | ({"passes"} if passes is not None else set()), fail, at)
+            numbers = (_number(entry[k], fail, f"{at}.{k}") for k in MEMORY)
+            entry = Memory(*numbers, passes=None if passes is None else _passes(passes, fail, at))
             if entry.overlap > 1:
-                raise fail(f"expected a share from 0 to 1, got {entry.overlap}", f"memory.{phase}")
+                raise fail(f"expected a share from 0 to 1, got {entry.overlap}", at)
         memory[phase] = entry
     if not isinstance(raw["kernels"], dict):
         raise fail("expected a mapping of kernel -> {base, trees, samples}", "kernels")
@@ -188,6 +190,13 @@ def predictor_dict(p: Predictor) -> dict[str, Any]:
         phase: None if m is None else {k: short(getattr(m, k)) for k in MEMORY} | _bytes(m)
         for phase, m in p.memory.items()
     }
+    for phase, m in p.memory.items():
+        if m is not None and m.passes is not None:
+            memory[phase]["passes"] = {
+                "rows": list(m.passes.rows),
+                "bytes": list(m.passes.nbytes),
+                "table": [list(line) for line in m.passes.table],
+            }
     kernels = {
         name: {
             "base": [short(v) for v in fit.base],
@@ -202,6 +211,30 @@ def predictor_dict(p: Predictor) -> dict[str, Any]:
 
 def _bytes(m: Memory) -> dict[str, float]:
     return {"lo": float(round(m.lo)), "hi": float(round(m.hi))}  # capacities in whole bytes
+
+
+def _passes(raw: Any, fail, at: str) -> Passes:
+    """A `Passes` mapping {rows, bytes, table}: rows from 1 and bytes rising, a table of at
+    least one pass [rows][bytes] whose first row is one pass."""
+    at = f"{at}.passes"
+    _keys(raw, {"rows", "bytes", "table"}, fail, at)
+    axes = {}
+    for k in ("rows", "bytes"):
+        values = raw[k] if isinstance(raw[k], list) else []
+        axes[k] = [_number(v, fail, f"{at}.{k}[{i}]") for i, v in enumerate(values)]
+        if not axes[k] or any(b <= a for a, b in zip(axes[k], axes[k][1:])) or axes[k][0] <= 0:
+            raise fail(f"expected rising positive numbers, got {raw[k]!r}"[:160], f"{at}.{k}")
+    table = raw["table"]
+    shape = (len(axes["rows"]), len(axes["bytes"]))
+    if (
+        not isinstance(table, list)
+        or [len(r) if isinstance(r, list) else -1 for r in table] != [shape[1]] * shape[0]
+    ):
+        raise fail(f"expected {shape[0]} rows of {shape[1]} numbers", f"{at}.table")
+    cells = [[_number(v, fail, f"{at}.table") for v in line] for line in table]
+    if axes["rows"][0] != 1 or any(v < 1 for line in cells for v in line) or set(cells[0]) != {1}:
+        raise fail("expected passes of at least 1 from one row, of exactly 1", f"{at}.table")
+    return Passes(tuple(axes["rows"]), tuple(axes["bytes"]), tuple(map(tuple, cells)))
 
 
 def _keys(raw: Any, keys: set[str], fail, at: str) -> None:

@@ -2,7 +2,8 @@
 
 Within a `TimingPlan` (`PLANS`: full, fast, quick), in named steps:
 
-1. `roofline.measure` and the memory probe (`timing.memory_seconds`);
+1. `roofline.measure`, the memory probe (`timing.memory_seconds`) and, in torch, the passes
+   probe (`timing.pass_seconds`);
 2. `time_kernels`: every kernel at adaptively sampled shapes (`sample.Sampler`, the kernels
    taking their passes in turn), each fitted as it is sampled;
 3. `time_models`: the glue models (the memory terms are fitted to them) and the held-out
@@ -55,7 +56,7 @@ def steps(p: TimingPlan) -> int:
     """The progress steps `calibrate` reports within plan `p`: each a second or two."""
     passes = max(Sampler.schedule(budget(k, p.samples))[2] for k in p.kernels)
     glue, held = len(glue_models()[: p.glue_models]), len(held_out_models()[: p.held_out])
-    return 3 + passes * len(p.kernels) + glue + 3 * held + len(roofline.references(p)) + 1
+    return 4 + passes * len(p.kernels) + glue + 3 * held + len(roofline.references(p)) + 1
 
 
 def calibrate(p: TimingPlan, progress: Callable[[int, int, str], None] | None = None) -> dict:
@@ -75,6 +76,8 @@ def calibrate(p: TimingPlan, progress: Callable[[int, int, str], None] | None = 
     sizes = list(p.memory_sizes)
     raw["memory"] = {"bytes": sizes, "seconds": [timing.memory_seconds(n, p) for n in sizes]}
     step(f"memory stalls: a matrix-vector product over {p.memory_mib[0]}-{p.memory_mib[-1]} MiB")
+    raw["passes"] = timing.pass_seconds(p) if p.runtime == "torch" else None
+    step(f"passes over the weights: linear layers at {p.pass_rows[0]}-{p.pass_rows[-1]} rows")
     device = roofline.device(raw["roofline"], p)
     probe = fit.fit_memory(sizes, raw["memory"]["seconds"])
     raw["kernels"], kernels = time_kernels(p, probe, step)
@@ -177,8 +180,11 @@ def fit_raw(raw: dict, device: DeviceProfile, probe, kernels: dict, without=()) 
     )
     glue, held = timed_models(raw["glue"]), timed_models(raw["held_out"])
     glue_s = np.array([e["measured_s"] for e in raw["glue"]], dtype=float).reshape(-1, 2)
-    terms = fit.model_terms(glue, device.with_predictor(bare)) if glue else None
+    passes = None if "passes" in without else fit.fit_passes(raw.get("passes"))
+    terms = fit.model_terms(glue, device.with_predictor(bare), passes) if glue else None
     memory = fit.fit_memory_terms(glue_s, *terms, probe, without) if glue else {}
+    if memory.get("step") is not None:
+        memory["step"] = dataclasses.replace(memory["step"], passes=passes)
     predictor = dataclasses.replace(bare, memory={**bare.memory, **memory})
     if not held:
         return predictor, {}

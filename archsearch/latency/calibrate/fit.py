@@ -11,8 +11,9 @@
    exp(boosted trees of the log ratio) (`archsearch.latency.trees`).
 3. The memory terms of whole models (`fit_memory_terms`): per phase, measured = the sum of the
    model's kernels + w x the probe's stalls of its working set (+ u x layers x the share that
-   misses, less what its weight GEMMs hide at `overlap`, for the decode step), w, u >= 0 by
-   non-negative least squares on relative errors, `overlap` on a grid.
+   misses, and on B > 1 sequences the weights' passes beyond the first (`fit_passes`) less what
+   its weight GEMMs hide at `overlap`, for the decode step), w, u >= 0 by non-negative least
+   squares on relative errors, `overlap` on a grid.
 4. The validation (`pooled_check`): held-out models, and every glue model predicted by the
    memory terms fitted without it, pooled; per quantity the MAPE, share within +-10%, 90th
    percentile and its upper confidence bound (`p90_bound`), decode's also by working set.
@@ -32,15 +33,16 @@ from archsearch.cost.devices import DeviceProfile
 from archsearch.latency import trees
 from archsearch.latency.calibrate.models import WholeModel
 from archsearch.latency.kernels import KERNELS, PHASES
-from archsearch.latency.predict import KernelFit, Memory
+from archsearch.latency.predict import KernelFit, Memory, Passes
 
 __all__ = ["TERMS", "by_working_set", "fit_kernel", "fit_memory", "fit_memory_terms", "left_out"]
-__all__ += ["model_terms", "p90_bound", "pooled_check", "stalls_alone"]
+__all__ += ["fit_passes", "model_terms", "p90_bound", "pooled_check", "stalls_alone"]
 
-TERMS = ("trees", "stalls", "miss", "overlap")  # what `without` may leave out
+TERMS = ("trees", "stalls", "miss", "overlap", "passes")  # what `without` may leave out
 TREES = dict(trees=100, depth=3, rate=0.1, min_leaf=3)  # each kernel's correction
 COARSE, FINE = 1.32, 1.097  # the probe's capacity grids: 32% and 9.7% apart
 NOISE = 0.01  # the probe's RMS relative miss below which no cache level is fitted
+STALLED = 0.05  # the least share of a layer's time from memory its stalls must take to count
 OVERLAPS = tuple(float(s) for s in np.linspace(0.0, 1.0, 11))
 REFITS = 8  # fits of w with each GEMM's bound (its compute or its stalls) at the last one's
 BAND_EDGES = (0.5, 2.0)  # the validation bands' edges, x the probe's capacity `hi`
@@ -81,6 +83,21 @@ def fit_memory(sizes: Iterable[float], seconds: Iterable[float]) -> Memory | Non
     return Memory(stall_s, float(best[0]), float(best[1])) if stall_s > 0 else None
 
 
+def fit_passes(timed: dict | None) -> Passes | None:
+    """The weights' passes (`predict.Passes`) of the passes probe's timings
+    (`timing.pass_seconds`; None: not timed): per layer size its stalls, timed from memory
+    less from the cache, at each row count over those at one row, at least 1; a size whose
+    stalls are under `STALLED` of its time from memory at one row streams once."""
+    if not timed:
+        return None
+    memory, cache = np.asarray(timed["memory_s"], float), np.asarray(timed["cache_s"], float)
+    stalls = memory - cache
+    streams = stalls[0] > STALLED * memory[0]
+    table = np.where(streams, stalls / np.where(streams, stalls[0], 1.0), 1.0)
+    table = np.maximum(table, 1.0).round(4)
+    return Passes(tuple(timed["rows"]), tuple(timed["bytes"]), tuple(map(tuple, table.tolist())))
+
+
 def stalls_alone(probe: Memory | None, resident) -> np.ndarray:
     """The stalls a kernel of `resident` bytes met timed alone (0 without a probe)."""
     resident = np.asarray(resident, dtype=np.float64)
@@ -99,15 +116,16 @@ def fit_kernel(kernel: str, X, W, R, y, probe: Memory | None, without=()) -> Ker
     return KernelFit(tuple(float(v) for v in coef), ens, len(y))
 
 
-def model_terms(models: list[WholeModel], device: DeviceProfile) -> tuple:
+def model_terms(models: list[WholeModel], device: DeviceProfile, passes=None) -> tuple:
     """What `fit_memory_terms` reads of whole models on `device` (its kernels' predictor without
     memory terms): the kernels' sum [models, (prefill, step)], layers, working sets [models, 2]
-    and the decode step's weight GEMMs (`Predictor.weight_gemms`: extra seconds, bytes)."""
+    and the decode step's weight GEMMs (`Predictor.weight_gemms` at `passes`: extra seconds,
+    weight bytes, bytes streamed)."""
     gemms = []
     for m in models:
         step = m.phases()[1]
-        extra, nbytes = device.predictor.weight_gemms(m.table(), step, device, step.tokens)
-        gemms.append((extra[:, 0], nbytes[:, 0]))
+        terms = device.predictor.weight_gemms(m.table(), step, device, step.tokens, passes)
+        gemms.append(tuple(t[:, 0] for t in terms))
     kernels = np.array([m.predicted(device) for m in models])
     layers = np.array([m.arch.n_layers for m in models], dtype=np.float64)
     return kernels, layers, np.array([m.working_sets() for m in models]), gemms
@@ -136,7 +154,8 @@ def fit_memory_terms(measured, kernels, layers, working, gemms, probe, without=(
 
 def _fit_phase(meas, pred, layers, nbytes, gemms, probe: Memory, without, step: bool) -> Memory:
     missing = probe.missing(nbytes) if step and "miss" not in without else np.zeros_like(meas)
-    A = np.column_stack([probe.byte_stalls(nbytes), layers * missing])
+    again = np.array([np.sum(g[2]) - np.sum(g[1]) for g in gemms]) if step else 0.0
+    A = np.column_stack([probe.byte_stalls(nbytes) * (1 + again / nbytes), layers * missing])
     best: tuple[float, Memory] | None = None
     for overlap in OVERLAPS if step and "overlap" not in without else (0.0,):
         w = 1.0
@@ -146,17 +165,20 @@ def _fit_phase(meas, pred, layers, nbytes, gemms, probe: Memory, without, step: 
             Aw[:, 0] -= per_w
             (w, u), _ = nnls(Aw / meas[:, None], 1.0 - (pred - fixed) / meas)
         fit = Memory(float(w) * probe.stall_s, probe.lo, probe.hi, float(u), overlap)
-        residual = float(np.linalg.norm((pred + added(fit, nbytes, layers, gemms)) / meas - 1.0))
+        residual = float(
+            np.linalg.norm((pred + added(fit, nbytes, layers, gemms, step)) / meas - 1.0)
+        )
         if best is None or residual < best[0]:
             best = (residual, fit)
     assert best is not None
     return best[1]
 
 
-def added(memory: Memory, nbytes, layers, gemms) -> np.ndarray:
-    """What `memory` adds to each model's kernels (stalls less what its GEMMs hide)."""
-    hidden = [memory.hidden(n, *g) if memory.overlap else 0.0 for n, g in zip(nbytes, gemms)]
-    return memory.stalls(nbytes, layers) - np.array(hidden, dtype=np.float64)
+def added(memory: Memory, nbytes, layers, gemms, step: bool = True) -> np.ndarray:
+    """What `memory` adds to each model's kernels: stalls, and for the decode step (`gemms`
+    are its) their passes beyond the first less what its GEMMs hide."""
+    batched = [memory.batched(n, *g) if step else 0.0 for n, g in zip(nbytes, gemms)]
+    return memory.stalls(nbytes, layers) + np.array(batched, dtype=np.float64)
 
 
 def _hidden(probe: Memory, nbytes, gemms, w: float, overlap: float):
@@ -166,9 +188,9 @@ def _hidden(probe: Memory, nbytes, gemms, w: float, overlap: float):
     fixed, per_w = np.zeros(len(nbytes)), np.zeros(len(nbytes))
     if not overlap:
         return fixed, per_w
-    per_byte = probe.byte_stalls(nbytes) / np.maximum(nbytes, 1.0)
-    for i, (extra, weights) in enumerate(gemms):
-        share = np.asarray(weights, dtype=np.float64) * per_byte[i]
+    per_byte = probe.per_byte(nbytes)
+    for i, (extra, _, streamed) in enumerate(gemms):
+        share = np.asarray(streamed, dtype=np.float64) * per_byte[i]
         stalled = w * share < extra
         fixed[i] = overlap * extra[~stalled].sum()
         per_w[i] = overlap * share[stalled].sum()
@@ -194,7 +216,8 @@ def left_out(measured, kernels, layers, working, gemms, probe, without=()) -> np
             without,
         )
         for i, phase in enumerate(PHASES):
-            one = added(fit[phase], working[j : j + 1, i], layers[j : j + 1], gemms[j : j + 1])
+            at = (working[j : j + 1, i], layers[j : j + 1], gemms[j : j + 1], phase == "step")
+            one = added(fit[phase], *at)
             out[j, i] += one[0]
     return out
 

@@ -49,11 +49,17 @@ class TimingPlan:
     memory_mib: tuple[float, ...] = MEMORY_MIB  # the weights the memory probe streams
     matmul_rows: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
     matmul_weights: tuple[tuple[int, int], ...] = ((256, 256), (1024, 1024), (1024, 4096))
+    pass_mib: tuple[float, ...] = (1, 4, 16)  # the weights of the passes probe's layers
+    pass_rows: tuple[int, ...] = (1, 2, 3, 4, 8)  # its rows (the first: one)
     seed: int = 0  # the shapes' draws: a calibration pooled with N earlier ones draws with N
 
     @property
     def memory_sizes(self) -> tuple[int, ...]:
         return tuple(int(2**20 * mib) for mib in self.memory_mib)
+
+    @property
+    def pass_sizes(self) -> tuple[int, ...]:
+        return tuple(int(2**20 * mib) for mib in self.pass_mib)
 
 
 PLANS = {
@@ -74,6 +80,8 @@ PLANS = {
         memory_mib=MEMORY_MIB[:8],
         matmul_rows=(1, 16, 256),
         matmul_weights=((256, 256),),
+        pass_mib=(4,),
+        pass_rows=(1, 2),
     ),
 }
 

@@ -66,6 +66,7 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
     if not isinstance(memory, dict) or memory.get("bytes") != list(p.memory_sizes):
         raise fail("expected the memory probe's sizes of this plan", "raw.memory")
     _seconds(memory.get("seconds"), len(p.memory_sizes), fail, "raw.memory.seconds")
+    _passes(raw.get("passes"), p, fail)
     kernels = raw.get("kernels")
     if not isinstance(kernels, dict) or not set(kernels) <= set(p.kernels):
         raise fail(f"expected a mapping of this plan's kernels {list(p.kernels)}", "raw.kernels")
@@ -101,6 +102,10 @@ def join(raw: dict[str, Any], earlier: dict[str, Any], both: Callable = min) -> 
     memory["seconds"] = [
         both(a, b) for a, b in zip(memory["seconds"], earlier["memory"]["seconds"])
     ]
+    if out.get("passes") and earlier.get("passes"):
+        for k in ("memory_s", "cache_s"):
+            pairs = zip(out["passes"][k], earlier["passes"][k])
+            out["passes"][k] = [[both(a, b) for a, b in zip(*rows)] for rows in pairs]
     out["pooled"] = raw.get("pooled", 1) + earlier.get("pooled", 1)
     return out
 
@@ -124,6 +129,22 @@ def _whole(v: Any) -> bool:
 def _seconds(values: Any, n: int, fail, key: str) -> None:
     if not isinstance(values, list) or len(values) != n or not all(map(_positive, values)):
         raise fail(f"expected {n} positive numbers of seconds", key)
+
+
+def _passes(passes: Any, p: TimingPlan, fail) -> None:
+    """The passes probe's timings at the plan's sizes and rows, or None (not timed: a deploy
+    runtime)."""
+    if passes is None:
+        return
+    axes = {"bytes": list(p.pass_sizes), "rows": list(p.pass_rows)}
+    if not isinstance(passes, dict) or {k: passes.get(k) for k in axes} != axes:
+        raise fail("expected the passes probe's sizes and rows of this plan", "raw.passes")
+    for k in ("memory_s", "cache_s"):
+        lines = passes.get(k)
+        if not isinstance(lines, list) or len(lines) != len(p.pass_rows):
+            raise fail(f"expected {len(p.pass_rows)} rows of seconds", f"raw.passes.{k}")
+        for i, line in enumerate(lines):
+            _seconds(line, len(p.pass_sizes), fail, f"raw.passes.{k}[{i}]")
 
 
 def _shapes(entries: Any, grid: dict[str, tuple], fail, key: str) -> None:

@@ -34,6 +34,7 @@ from archsearch.latency.calibrate.plan import TimingPlan
 from archsearch.latency.kernels import KERNELS, features, gemm_features
 
 __all__ = ["BATCHES", "DTYPES", "GRIDS", "Shape", "affordable", "memory_seconds", "neighbour"]
+__all__ += ["pass_seconds"]
 __all__ += ["random_shape", "seconds_per_call", "shape_rows", "steady_allocator", "time_model"]
 __all__ += ["time_shape"]
 
@@ -287,6 +288,35 @@ def memory_seconds(nbytes: int, plan: TimingPlan) -> float:
     x = torch.randn(1024)
     mv = lambda: torch.mv(weight, x)  # noqa: E731
     return seconds_per_call(mv, plan.repeats, plan.min_time, warmup=max(plan.warmup, 0.05))
+
+
+def pass_seconds(plan: TimingPlan) -> dict[str, list]:
+    """The passes probe (`fit.fit_passes`), in eager torch: a linear layer (1024 inputs) of
+    each of the plan's weight sizes at each of its row counts, timed from memory (each call on
+    the next of copies as large in all as the memory probe's largest weight, at least two) and
+    from the cache (one copy again and again): {"bytes", "rows", "memory_s", "cache_s"}, the
+    seconds [rows][sizes]. (A deploy runtime would export each copy anew, a second apiece.)"""
+    import torch
+
+    from archsearch.models.gemm import Linear
+
+    out: dict[str, list] = {"bytes": list(plan.pass_sizes), "rows": list(plan.pass_rows)}
+    memory, cache = np.zeros((2, len(plan.pass_rows), len(plan.pass_sizes)))
+    timed = dict(repeats=plan.repeats, min_time=plan.min_time)
+    for j, nbytes in enumerate(plan.pass_sizes):
+        torch.manual_seed(0)
+        copies = max(2, plan.memory_sizes[-1] // nbytes)
+        layers = [Linear(1024, max(1, nbytes // 4096), bias=False) for _ in range(copies)]
+        for i, rows in enumerate(plan.pass_rows):
+            x = torch.randn(rows, 1024)
+            with torch.inference_mode():
+                memory[i, j] = seconds_per_call(_each(layers, x), **timed) / copies
+                cache[i, j] = seconds_per_call(_each(layers[:1], x), **timed)
+    return out | {"memory_s": memory.tolist(), "cache_s": cache.tolist()}
+
+
+def _each(layers: list, x) -> Callable[[], list]:
+    return lambda: [layer(x) for layer in layers]
 
 
 def time_model(model: WholeModel, plan: TimingPlan, builds: int = 1) -> tuple[float, float]:
