@@ -1,4 +1,4 @@
-"""Timing on this machine: kernels at shapes drawn from grids, whole models, the memory probe.
+"""Timing on this machine: kernels at shapes drawn from grids, whole models, the two probes.
 
 Every kernel is timed as the models run it: the real module of `archsearch.models` (a mixer,
 channel mixer, norm or embedding built alone, drawn as the model draws it; `models.gemm.Linear`
@@ -10,8 +10,10 @@ A whole model (`time_model`) is timed as the least over fresh builds of the leas
 samples over the plan's span, after its warm-up: the warm-up removes the transient of a step
 right after its prefill, the span the machine's busy moments, the least of builds what is left
 of a build's memory placement. A kernel's samples loop for the plan's minimum time and call it
-again and again, which takes it to the same steady state. Every timing holds the process's
-allocator steady first (`steady_allocator`).
+again and again, which takes it to the same steady state. The probes time what a kernel timed
+alone does not meet: the memory probe a matrix-vector product over weights beyond the cache
+(`memory_seconds`), the passes probe linear layers of a few rows from memory and from the cache
+(`pass_seconds`). Every timing holds the process's allocator steady first (`steady_allocator`).
 """
 
 from __future__ import annotations
