@@ -22,11 +22,12 @@ from archsearch.cli import main
 from archsearch.cost.counts import params as count_params
 from archsearch.latency import columns, decode_s, load_device, ttft_s
 from archsearch.latency.calibrate import PLANS, calibrate, plan, refit, roofline, timing
+from archsearch.latency.calibrate import fit as fit_module
 from archsearch.latency.calibrate.fit import fit_kernel, fit_memory, fit_memory_terms, fit_passes
 from archsearch.latency.calibrate.models import glue_models, held_out_models, reference_models
 from archsearch.latency.calibrate.sample import DECODE_DRAWN, Sampler, budget, kernel_rows
 from archsearch.latency.kernels import KERNELS, gemm_work
-from archsearch.latency.predict import Memory
+from archsearch.latency.predict import Memory, Passes
 from archsearch.latency.profile import predictor_dict
 from archsearch.models import build_model
 from archsearch.models.lm import RESIDUAL_PROJECTIONS
@@ -320,6 +321,31 @@ def test_a_calibration_fits_its_passes_and_the_ablation_may_leave_them_out(monke
     monkeypatch.setattr(timing, "pass_seconds", lambda p: pytest.fail("timed in a deploy runtime"))
     deployed = calibrate(plan("quick", runtime="onnxruntime", **probed))["raw"]
     assert deployed["passes"] is None and refit(deployed)[0].memory["step"].passes is None
+
+
+def test_the_fit_and_the_predictor_add_the_same_memory_terms(monkeypatch):
+    """What the glue fit reckons memory terms add to a model (`fit.added`, from `model_terms`)
+    is what a predictor with those terms adds to its kernels, on one sequence and on several
+    (stalls, per-layer miss, passes and overlap): the fit fits the model the predictor prices."""
+    FakeMachine(monkeypatch)
+    raw = calibrate(plan("quick", memory_mib=PLANS["full"].memory_mib))["raw"]
+    bare = dataclasses.replace(refit(raw)[0], memory=dict.fromkeys(("forward", "step")))
+    passes = Passes((1, 2, 4), (MIB, 16 * MIB), ((1, 1), (1.5, 2.0), (1, 1.2)))
+    memory = {
+        "forward": Memory(2 * PROBE.stall_s, PROBE.lo, PROBE.hi),
+        "step": Memory(PROBE.stall_s, PROBE.lo, PROBE.hi, 3e-5, 0.6, passes),
+    }
+    device = roofline.device(raw["roofline"], PLANS["quick"])
+    priced = device.with_predictor(dataclasses.replace(bare, memory=memory))
+    models = glue_models()[::3]  # one sequence, two and eight
+    assert {m.batch for m in models} == {1, 2, 8}
+    kernels, layers, working, gemms = fit_module.model_terms(
+        models, device.with_predictor(bare), passes
+    )
+    for i, phase in enumerate(("forward", "step")):
+        added = fit_module.added(memory[phase], working[:, i], layers, gemms, i == 1)
+        got = [m.predicted(priced)[i] for m in models]
+        np.testing.assert_allclose(got, kernels[:, i] + added, rtol=1e-9)
 
 
 @pytest.mark.parametrize("term", ["trees", "stalls", "miss", "overlap"])
