@@ -41,6 +41,10 @@ __all__ = ["KernelFit", "Memory", "Passes", "Prediction", "Predictor", "decode_s
 __all__ += ["latency_errors", "phase_seconds", "prediction", "seconds_by_part", "ttft_s"]
 
 WORK = ("launch_s", "byte_s", "flop_s", "call_s")  # a kernel's learned-roofline coefficients
+# a decode step's weight GEMMs hide stalls behind their extra compute from this many sequences:
+# on 2-4 rows the passes probe finds a linear layer's stalls whole (its time from memory is its
+# time from the cache plus one row's stalls, or more), on 8 part hidden (`bench_latency_batch`)
+HIDES_FROM = 8
 _HASH = np.random.default_rng(20240613).uniform(1.0, 2.0, 16) * np.pi
 
 
@@ -70,9 +74,10 @@ class Memory:
     the cache, the share that misses going from 0 at `lo` bytes to 1 at `hi` (log-linear).
     A decode step also pays `miss_s` per layer x that share (deep, narrow models beyond the
     cache decode slower than their bytes say; the cause is not measured), and on B > 1
-    sequences its weight GEMMs hide part of the stalls behind their extra compute: `overlap` x
-    the sum over GEMMs of min(its share of the stalls, its time at B rows less at one), its
-    weights' stalls paid again for each of their `passes` beyond the first."""
+    sequences its weight GEMMs hide part of the stalls behind their extra compute (from
+    `HIDES_FROM` sequences): `overlap` x the sum over GEMMs of min(its share of the stalls, its
+    time at B rows less at one), its weights' stalls paid again for each of their `passes`
+    beyond the first."""
 
     stall_s: float  # seconds per working-set byte that misses the cache
     lo: float  # bytes: below this working set nothing misses
@@ -217,7 +222,8 @@ class Predictor:
     def weight_gemms(self, c: Columns, p: Phase, device, head_rows, passes: Passes | None = None):
         """(extra seconds, weight bytes, bytes streamed) [GEMMs, rows] of each GEMM with fp32
         weights of a phase on B sequences, multiplicity included: its time at the phase's rows
-        less at one sequence's, and its weights x their `passes` on B rows (`Memory.batched`)."""
+        less at one sequence's (none below `HIDES_FROM` sequences: nothing to hide behind), and
+        its weights x their `passes` on B rows (`Memory.batched`)."""
         one = Phase(p.kind, p.T, p.n0, 1.0, p.causal)
         extra = [
             self.gemm(device, head_rows, c.d, c.V) - self.gemm(device, head_rows / p.B, c.d, c.V)
@@ -234,7 +240,8 @@ class Predictor:
         each = np.array(each, dtype=np.float64)
         weights = np.array(counts, dtype=np.float64) * each
         streamed = weights if passes is None else weights * passes.at(p.B, each)
-        return np.maximum(np.array(extra), 0.0), weights, streamed
+        hides = p.B >= HIDES_FROM
+        return np.maximum(np.array(extra), 0.0) * hides, weights, streamed
 
 
 def _roofline(device: DeviceProfile, flops, nbytes) -> np.ndarray:
