@@ -47,6 +47,16 @@ def figures(ratios: list[float]) -> dict:
     return {"median": float(np.median(r)), "within_10": float(np.mean(np.abs(r - 1) <= 0.10))}
 
 
+def by_batch(ratios: dict[int, dict[str, list[float]]]) -> dict[int, dict]:
+    """Per batch and quantity, the `figures` of its ratios and their count."""
+    return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in ratios.items()}
+
+
+def keyed(per: dict[str, dict]) -> dict[str, dict]:
+    """Per calibration, where and batch (a string: a JSON key), as saved."""
+    return {k: {w: {str(b): v for b, v in x.items()} for w, x in c.items()} for k, c in per.items()}
+
+
 def in_sample(saved: dict, device) -> dict[int, dict]:
     """Per batch, predicted / measured of the calibration's glue models (phase by quantity)."""
     out: dict[int, dict] = {}
@@ -55,7 +65,7 @@ def in_sample(saved: dict, device) -> dict[int, dict]:
         ratio = np.asarray(model.predicted(device)) / np.asarray(e["measured_s"])
         for q, r in zip(QUANTITIES, ratio):
             out.setdefault(e["batch"], {}).setdefault(q, []).append(float(r))
-    return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in out.items()}
+    return by_batch(out)
 
 
 def held_out(device, runs: list[list[dict]], archs: dict) -> dict[int, dict]:
@@ -67,7 +77,7 @@ def held_out(device, runs: list[list[dict]], archs: dict) -> dict[int, dict]:
             for q in QUANTITIES:
                 ratio = r[f"{q}_pred_ms"] / r[f"{q}_ms"]
                 out.setdefault(r["batch"], {}).setdefault(q, []).append(ratio)
-    return {b: {q: figures(r) | {"n": len(r)} for q, r in qs.items()} for b, qs in out.items()}
+    return by_batch(out)
 
 
 def time_rows(
@@ -212,18 +222,10 @@ def main() -> None:
             )
     saved = {
         "command": " ".join(sys.argv),
-        "calibrations": {
-            k: {w: {str(b): v for b, v in x.items()} for w, x in c.items()} for k, c in per.items()
-        },
+        "calibrations": keyed(per),
         "runs": args.runs,
         "summary": summary,
-        "one_pass": {
-            "calibrations": {
-                k: {w: {str(b): v for b, v in x.items()} for w, x in c.items()}
-                for k, c in one_pass.items()
-            },
-            "summary": before,
-        },
+        "one_pass": {"calibrations": keyed(one_pass), "summary": before},
         "better": better(per, one_pass),
         "rows": rows,
     }

@@ -225,23 +225,26 @@ class Predictor:
         less at one sequence's (none below `HIDES_FROM` sequences: nothing to hide behind), and
         its weights x their `passes` on B rows (`Memory.batched`)."""
         one = Phase(p.kind, p.T, p.n0, 1.0, p.causal)
+        gemms = [  # (count, op on B sequences, op on one) of each block GEMM with weights
+            (count + np.zeros(c.n), op, op1)
+            for _, count, fn in block_modules(c)
+            if np.any(count)
+            for op, op1 in zip(fn(c, p), fn(c, one))
+            if op.kind == "matmul" and np.any(np.asarray(op.k) > 0) and np.any(op.weights)
+        ]
+        head = K.FP32 * np.asarray(c.d * c.V, dtype=np.float64)
+        nbytes = [K.FP32 * np.asarray(op.weights, dtype=np.float64) for _, op, _ in gemms]
+        each = np.array([b + np.zeros(c.n) for b in (head, *nbytes)])  # one copy's weight bytes
+        weights = np.array([np.ones(c.n)] + [n for n, _, _ in gemms]) * each
+        streamed = weights if passes is None else weights * passes.at(p.B, each)
+        if p.B < HIDES_FROM:
+            return np.zeros_like(weights), weights, streamed
         extra = [
             self.gemm(device, head_rows, c.d, c.V) - self.gemm(device, head_rows / p.B, c.d, c.V)
         ]
-        counts, each = [np.ones(c.n)], [K.FP32 * c.d * c.V + np.zeros(c.n)]  # one copy's bytes
-        for _, count, fn in block_modules(c):
-            for op, op1 in zip(fn(c, p), fn(c, one)) if np.any(count) else ():
-                if op.kind == "matmul" and np.any(np.asarray(op.k) > 0) and np.any(op.weights):
-                    extra.append(
-                        count * (self.matmul(op, device, c.n) - self.matmul(op1, device, c.n))
-                    )
-                    counts.append(count + np.zeros(c.n))
-                    each.append(K.FP32 * np.asarray(op.weights, dtype=np.float64) + np.zeros(c.n))
-        each = np.array(each, dtype=np.float64)
-        weights = np.array(counts, dtype=np.float64) * each
-        streamed = weights if passes is None else weights * passes.at(p.B, each)
-        hides = p.B >= HIDES_FROM
-        return np.maximum(np.array(extra), 0.0) * hides, weights, streamed
+        for n, op, op1 in gemms:
+            extra.append(n * (self.matmul(op, device, c.n) - self.matmul(op1, device, c.n)))
+        return np.maximum(np.array(extra), 0.0), weights, streamed
 
 
 def _roofline(device: DeviceProfile, flops, nbytes) -> np.ndarray:

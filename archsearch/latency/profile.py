@@ -187,16 +187,9 @@ def predictor_dict(p: Predictor) -> dict[str, Any]:
     """The `predictor` mapping of a profile's data file (`parse_predictor` reads it back)."""
     short = lambda v: float(f"{v:.6g}")  # noqa: E731
     memory = {
-        phase: None if m is None else {k: short(getattr(m, k)) for k in MEMORY} | _bytes(m)
+        phase: None if m is None else {k: short(getattr(m, k)) for k in MEMORY} | _whole(m)
         for phase, m in p.memory.items()
     }
-    for phase, m in p.memory.items():
-        if m is not None and m.passes is not None:
-            memory[phase]["passes"] = {
-                "rows": list(m.passes.rows),
-                "bytes": list(m.passes.nbytes),
-                "table": [list(line) for line in m.passes.table],
-            }
     kernels = {
         name: {
             "base": [short(v) for v in fit.base],
@@ -209,8 +202,14 @@ def predictor_dict(p: Predictor) -> dict[str, Any]:
     return {**head, "memory": memory, "kernels": kernels}
 
 
-def _bytes(m: Memory) -> dict[str, float]:
-    return {"lo": float(round(m.lo)), "hi": float(round(m.hi))}  # capacities in whole bytes
+def _whole(m: Memory) -> dict[str, Any]:
+    """What a memory entry keeps unrounded to six digits: its capacities in whole bytes, and
+    its passes (where it has them) as measured."""
+    out: dict[str, Any] = {"lo": float(round(m.lo)), "hi": float(round(m.hi))}
+    if m.passes is not None:
+        rows, nbytes, table = m.passes.rows, m.passes.nbytes, m.passes.table
+        out["passes"] = {"rows": list(rows), "bytes": list(nbytes), "table": list(map(list, table))}
+    return out
 
 
 def _passes(raw: Any, fail, at: str) -> Passes:
