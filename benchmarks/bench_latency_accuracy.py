@@ -281,6 +281,17 @@ def measured_over_predicted(
     return out
 
 
+def parse_setting(text: str) -> tuple[int, int, int]:
+    """`--settings`' PROMPT,CONTEXT,BATCH: three positive integers."""
+    values = text.split(",")
+    if len(values) != 3 or not all(v.strip().isdigit() and int(v) > 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected PROMPT,CONTEXT,BATCH (positive integers), got {text!r}"
+        )
+    prompt, context, batch = (int(v) for v in values)
+    return prompt, context, batch
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
@@ -297,6 +308,7 @@ def main() -> None:
     ap.add_argument(
         "--settings",
         nargs="+",
+        type=parse_setting,
         metavar="PROMPT,CONTEXT,BATCH",
         help="the settings the architectures are timed at, in rotation (default: SETTINGS)",
     )
@@ -319,9 +331,7 @@ def main() -> None:
     before = measured_over_predicted(dev, args.runtime, args.repeats, glue_models(), 3, at)
     watch = sentinels()
     watch_ws = np.array([m.working_sets() for m in watch])
-    settings = SETTINGS
-    if args.settings:
-        settings = tuple(tuple(int(v) for v in s.split(",")) for s in args.settings)
+    settings = tuple(args.settings) if args.settings else SETTINGS
     todo = cases(args.per_kind, settings)
     passes = min(2, args.instances)
     first = -(-args.instances // passes)  # builds in the first pass

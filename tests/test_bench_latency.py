@@ -136,6 +136,15 @@ def test_a_bad_span_is_an_argument_error(text):
         window.spans_arg(text)
 
 
+@pytest.mark.parametrize("text", ["192,384", "192,x,2", "192,384,0", "1,2,3,4", "-1,2,3", ""])
+def test_a_bad_setting_is_an_argument_error(text):
+    """`--settings` takes PROMPT,CONTEXT,BATCH, three positive integers: anything else is
+    argparse's one-line error, exit 2, before anything is timed."""
+    assert bench.parse_setting("192,384,2") == (192, 384, 2)
+    with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
+        bench.parse_setting(text)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     base=st.lists(st.floats(0.5, 500.0), min_size=2, max_size=8),
