@@ -99,7 +99,7 @@ def edge_arch(smoke: bool) -> ArchConfig:
     if not smoke:
         return load_arch("edge_125m")
     d = load_arch("edge_125m").to_dict()
-    d.update(d_model=64, n_layers=2, vocab_size=512, max_seq_len=256)
+    d.update(d_model=64, n_layers=2, vocab_size=512)
     d["attention"] = {**d["attention"], "n_heads": 4, "n_kv_heads": 2, "head_dim": 16}
     d["ffn"] = {**d["ffn"], "d_ffn": 128}
     return ArchConfig.from_dict(d)
