@@ -4,6 +4,7 @@ flash-linear-attention kernels against archsearch's own chunked forms.
     python benchmarks/bench_gpu.py mfu [--batch 32] [--seq 2048] [--steps 10] [--contenders
                                        trial-eager,plain-eager,...] [--tag _x] [--out DIR]
     python benchmarks/bench_gpu.py fla [--batch 8] [--seq 2048] [--out DIR]
+    python benchmarks/bench_gpu.py pack [--trials 8] [--budget tokens:1M] [--out DIR]
     python benchmarks/bench_gpu.py mfu --smoke        # the same code on the CPU, tiny shapes
 
 `mfu`: the `edge_125m` preset (a 114M Llama-style GQA model) trained in bf16 autocast at one
@@ -28,6 +29,11 @@ bf16, at the same inputs through fla's Triton kernels and through archsearch's
 fp32 (relative max-abs over the output and every input gradient); speed is the median of
 CUDA-event-timed steps.
 
+`pack`: a sweep of the `tiny` space on one GPU (a real Ray, `train.device=cuda`, no early
+stopping), `--trials` trials at `gpus_per_trial=0.25` (four trials share the GPU) and then at
+1 (one at a time): the wall time of each, and from each stored trial's execution its GPU and
+its span, so the most trials that ran at once is read from the study, not assumed.
+
 Each subcommand writes `bench_gpu_<name><tag>.json` under `--out` (default benchmarks/results/) as
 each contender finishes, so a run stopped at its time limit keeps what it measured. Without a
 CUDA device (and without `--smoke`) it says so in one line and exits 2.
@@ -38,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -378,12 +385,63 @@ def run_fla(args) -> dict:
     return out
 
 
+# ---- pack -------------------------------------------------------------------------------------
+
+
+def sweep_once(run_dir: Path, share: float, args) -> dict:
+    """One sweep at `gpus_per_trial=share`: its wall seconds and its trials' executions."""
+    from archsearch.study import open_storage, records
+
+    cmd = [sys.executable, "-m", "archsearch.cli", "sweep", f"run_dir={run_dir}", "format=json"]
+    cmd += [f"trials={args.trials}", f"concurrency={args.trials}", f"ray.num_cpus={args.trials}"]
+    cmd += ["ray.num_gpus=1", f"gpus_per_trial={share}", "early_stopping=none"]
+    cmd += [f"train.budget={args.budget}"]
+    # smoke: Ray's one GPU is a resource only, the trials synthetic (what the packing test runs)
+    cmd += ["trainable=archsearch.sweep.testing:synthetic"] if args.smoke else ["train.device=cuda"]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.pack_timeout)
+    wall = time.perf_counter() - t0
+    if run.returncode != 0:
+        return {"wall_s": wall, "error": run.stderr[-1500:]}
+    import optuna
+
+    study = optuna.load_study(
+        study_name="tiny", storage=open_storage(f"sqlite:///{run_dir / 'study.db'}")
+    )
+    trained = [r for r in records(study) if r.status == "trained"]
+    spans = [(r.attrs["execution"]["started"], r.attrs["execution"]["ended"]) for r in trained]
+    return {
+        "wall_s": wall,
+        "trained": len(trained),
+        "most_at_once": max((sum(s <= t < e for s, e in spans) for t, _ in spans), default=0),
+        "trial_s": sorted(e - s for s, e in spans),
+        "executions": [
+            {k: r.attrs["execution"].get(k) for k in ("device", "gpu_ids", "cuda_visible_devices")}
+            for r in trained
+        ],
+    }
+
+
+def run_pack(args) -> dict:
+    out = {
+        "command": " ".join(["python benchmarks/bench_gpu.py", *sys.argv[1:]]),
+        "machine": machine(),
+        "sweeps": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for share in (0.25, 1.0):
+            out["sweeps"][str(share)] = row = sweep_once(Path(tmp) / f"run{share}", share, args)
+            print(f"gpus_per_trial={share}", json.dumps(row), flush=True)
+            save(args.out, "pack", out)
+    return out
+
+
 # ---- command line -----------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("mfu", "fla"))
+    ap.add_argument("what", choices=("mfu", "fla", "pack"))
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seq", type=int, default=2048)
@@ -399,14 +457,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=16, help="fla: heads")
     ap.add_argument("--head-dim", type=int, default=64, help="fla: key and value size per head")
     ap.add_argument("--reps", type=int, default=10, help="fla: timed steps")
-    ap.add_argument("--smoke", action="store_true", help="mfu: tiny shapes on the CPU (a test)")
+    ap.add_argument("--trials", type=int, default=8, help="pack: trials per sweep")
+    ap.add_argument("--budget", default="tokens:1M", help="pack: each trial's train.budget")
+    ap.add_argument("--pack-timeout", type=int, default=240, help="pack: seconds per sweep")
+    ap.add_argument(
+        "--smoke", action="store_true", help="mfu, pack: on the CPU (tiny shapes; synthetic trials)"
+    )
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available() and not (args.smoke and args.what == "mfu"):
+    if not torch.cuda.is_available() and not args.smoke:
         print(f"bench_gpu {args.what}: needs a CUDA GPU; torch {torch.__version__} sees none")
         return 2
     args.batch = args.batch or (32 if args.what == "mfu" else 8)
     args.cache = tempfile.mkdtemp(prefix="bench-gpu-corpus-")
-    (run_mfu if args.what == "mfu" else run_fla)(args)
+    {"mfu": run_mfu, "fla": run_fla, "pack": run_pack}[args.what](args)
     return 0
 
 

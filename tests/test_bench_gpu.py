@@ -1,5 +1,7 @@
-"""benchmarks/bench_gpu.py and gpu_check.sh: without a CUDA device they say so in one line and
-exit 2, writing nothing; the MFU contenders run (tiny shapes, `--smoke`) on the CPU."""
+"""benchmarks/bench_gpu.py and gpu_check.sh: without a CUDA device (or given a part they do not
+have) they say so in one line and exit 2, writing nothing; the MFU contenders run (tiny shapes,
+`--smoke`) on the CPU. (`bench_gpu.py pack --smoke` is the packing test's sweep, which
+`test_sweep_resources` runs.)"""
 
 from __future__ import annotations
 
@@ -23,14 +25,21 @@ def test_without_a_gpu_the_benchmark_says_so_and_exits_2(what, tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
-@no_gpu
-def test_without_a_gpu_the_check_script_exits_2_before_writing(tmp_path):
+@pytest.mark.parametrize(
+    ("parts", "says"),
+    [
+        pytest.param([], "needs a CUDA GPU", marks=no_gpu),
+        pytest.param(["mfu", "pack"], "needs a CUDA GPU", marks=no_gpu),
+        (["mfu", "mfc"], "unknown part mfc"),  # refused before a part runs, GPU or not
+    ],
+)
+def test_the_check_script_refuses_in_one_line_before_writing(parts, says, tmp_path):
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
     run = subprocess.run(
-        ["bash", str(BENCHMARKS / "gpu_check.sh")], env=env, capture_output=True, text=True
+        ["bash", str(BENCHMARKS / "gpu_check.sh"), *parts], env=env, capture_output=True, text=True
     )
     assert run.returncode == 2, run.stderr
-    assert run.stdout.count("\n") == 1 and "needs a CUDA GPU" in run.stdout
+    assert run.stdout.count("\n") == 1 and says in run.stdout
     assert not (tmp_path / "out").exists()
 
 
