@@ -4,7 +4,7 @@ flash-linear-attention kernels against archsearch's own chunked forms.
     python benchmarks/bench_gpu.py mfu [--batch 32] [--seq 2048] [--steps 10] [--contenders
                                        trial-eager,plain-eager,...] [--tag _x] [--out DIR]
     python benchmarks/bench_gpu.py fla [--batch 8] [--seq 2048] [--out DIR]
-    python benchmarks/bench_gpu.py pack [--trials 8] [--budget tokens:1M] [--out DIR]
+    python benchmarks/bench_gpu.py pack [--trials 8] [--budget tokens:500K] [--out DIR]
     python benchmarks/bench_gpu.py mfu --smoke        # the same code on the CPU, tiny shapes
 
 `mfu`: the `edge_125m` preset (a 114M Llama-style GQA model) trained in bf16 autocast at one
@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -399,10 +401,20 @@ def sweep_once(run_dir: Path, share: float, args) -> dict:
     # smoke: Ray's one GPU is a resource only, the trials synthetic (what the packing test runs)
     cmd += ["trainable=archsearch.sweep.testing:synthetic"] if args.smoke else ["train.device=cuda"]
     t0 = time.perf_counter()
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.pack_timeout)
+    # a session of its own: at the time limit the driver and its Ray go together, and the GPU
+    # is free for what runs next
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, err = proc.communicate(timeout=args.pack_timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"wall_s": time.perf_counter() - t0, "error": f"over {args.pack_timeout} s"}
     wall = time.perf_counter() - t0
-    if run.returncode != 0:
-        return {"wall_s": wall, "error": run.stderr[-1500:]}
+    if proc.returncode != 0:
+        return {"wall_s": wall, "error": err[-1500:]}
     import optuna
 
     study = optuna.load_study(
@@ -458,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-dim", type=int, default=64, help="fla: key and value size per head")
     ap.add_argument("--reps", type=int, default=10, help="fla: timed steps")
     ap.add_argument("--trials", type=int, default=8, help="pack: trials per sweep")
-    ap.add_argument("--budget", default="tokens:1M", help="pack: each trial's train.budget")
+    ap.add_argument("--budget", default="tokens:500K", help="pack: each trial's train.budget")
     ap.add_argument("--pack-timeout", type=int, default=240, help="pack: seconds per sweep")
     ap.add_argument(
         "--smoke", action="store_true", help="mfu, pack: on the CPU (tiny shapes; synthetic trials)"
