@@ -1,5 +1,6 @@
-"""What only a CUDA GPU can measure: the trainer's model FLOPs utilisation, and the
-flash-linear-attention kernels against archsearch's own chunked forms.
+"""What only a CUDA GPU can measure: the trainer's model FLOPs utilisation, the
+flash-linear-attention kernels against archsearch's own chunked forms, and trials packed
+several to one GPU.
 
     python benchmarks/bench_gpu.py mfu [--batch 32] [--seq 2048] [--steps 10] [--contenders
                                        trial-eager,plain-eager,...] [--tag _x] [--out DIR]
@@ -115,10 +116,9 @@ def edge_arch(smoke: bool) -> ArchConfig:
 
 
 def non_embedding_params(model: torch.nn.Module) -> int:
-    """Parameters less the token embedding (tied to the head, so counted once, then removed)."""
-    seen = {id(p): p for p in model.parameters()}
+    """Parameters less the token embedding (`parameters()` yields the tied head's once)."""
     emb = next(m for m in model.modules() if isinstance(m, torch.nn.Embedding))
-    return sum(p.numel() for p in seen.values()) - emb.weight.numel()
+    return sum(p.numel() for p in model.parameters()) - emb.weight.numel()
 
 
 def step_times(train_step: Callable[[], float], steps: int, device: str) -> list[float]:
