@@ -1,8 +1,9 @@
 """The latency benchmark (benchmarks/bench_latency_accuracy.py): its sentinels (the glue models
 it times again before every held-out architecture to watch the machine's cache share), its
 retest of the two passes, and its reading at the machine's drift; the timing-window
-benchmark's spans (benchmarks/bench_timing_window.py); and the ceiling of saved runs
-(benchmarks/bench_latency_ceiling.py)."""
+benchmark's spans (benchmarks/bench_timing_window.py); the ceiling of saved runs
+(benchmarks/bench_latency_ceiling.py); and the MoE benchmark's summary
+(benchmarks/bench_latency_moe.py)."""
 
 from __future__ import annotations
 
@@ -310,3 +311,30 @@ def test_the_half_factors_stay_only_when_leaving_them_out_costs_more_than_their_
     for h in halves.values():  # no better without them than the spread between calibrations
         h["left_out"] = {q: v - 0.05 for q, v in h["fitted"].items()}
     assert ablation.half_row(halves)["decision"] == "remove"
+
+
+@given(scores=st.lists(st.tuples(*[st.floats(0, 1, allow_nan=False)] * 8), min_size=1, max_size=6))
+def test_the_moe_summary_averages_calibrations_and_counts_which_the_trees_help(scores):
+    """`bench_latency_moe.summary`: per score the mean over calibrations with and without the
+    moe trees, and in how many calibrations dropping them helps and hurts."""
+    moe = load_benchmark("bench_latency_moe")
+    keys = ("moe_ttft_ratio", "moe_ttft_within_10", "ttft_within_10", "decode_within_10")
+    cal = {
+        f"c{i}": {"trees": dict(zip(keys, s[:4])), "no trees": dict(zip(keys, s[4:]))}
+        for i, s in enumerate(scores)
+    }
+    kernel = [{"values": dict(d=64, E=4, topk=2, N=16), "priced_over_timed": {}}]
+    for i in range(len(scores)):
+        kernel[0]["priced_over_timed"] |= {f"c{i} trees": 1.0 + i, f"c{i} no trees": 2.0}
+    out = moe.summary({"calibrations": cal, "kernel": kernel})
+    assert out["calibrations"] == len(scores)
+    for k, key in enumerate(keys):
+        for v, at in (("trees", k), ("no trees", 4 + k)):
+            assert out["scores"][key][v] == pytest.approx(np.mean([s[at] for s in scores]))
+        if key != "moe_ttft_ratio":
+            better, worse = out["scores"][key]["no trees better, worse"]
+            assert better == sum(s[4 + k] > s[k] for s in scores)
+            assert worse == sum(s[4 + k] < s[k] for s in scores)
+    shape = out["kernel"]["d64 E4 top2 N16"]
+    assert shape["trees"] == pytest.approx(np.median([1.0 + i for i in range(len(scores))]))
+    assert shape["no trees"] == 2.0
