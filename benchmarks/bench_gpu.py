@@ -63,6 +63,9 @@ from archsearch.models import build_model
 from archsearch.models.linear.common import chunk_delta, chunk_gated
 from archsearch.trainers.trial import TrainConfig, run_trial
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_models_vs_hf import llama_config
+
 RESULTS = Path(__file__).resolve().parent / "results"
 WARMUP = 4  # steps left out of the median: the compile, the allocator's first growth
 
@@ -156,26 +159,6 @@ def plain_loop(
     return train_step
 
 
-def hf_llama(arch: ArchConfig):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    a = arch.attention
-    cfg = LlamaConfig(
-        vocab_size=arch.vocab_size,
-        hidden_size=arch.d_model,
-        intermediate_size=arch.ffn.d_ffn,
-        num_hidden_layers=arch.n_layers,
-        num_attention_heads=a.n_heads,
-        num_key_value_heads=a.n_kv_heads,
-        head_dim=a.head_dim,
-        max_position_embeddings=arch.max_seq_len,
-        rope_theta=a.rope_theta,
-        tie_word_embeddings=True,
-        attn_implementation="sdpa",
-    )
-    return LlamaForCausalLM(cfg)
-
-
 def trial_steps(arch: ArchConfig, args, compiled: bool, device: str) -> list[float]:
     """`run_trial` for WARMUP + steps steps; each step's seconds from its progress callback."""
     cfg = TrainConfig(
@@ -210,7 +193,12 @@ def contender_times(name: str, arch: ArchConfig, args, device: str) -> list[floa
     if kind == "trial":
         return trial_steps(arch, args, compiled, device)
     torch.manual_seed(0)
-    model = (build_model(arch) if kind == "plain" else hf_llama(arch)).to(device)
+    if kind == "plain":
+        model = build_model(arch).to(device)
+    else:
+        from transformers import LlamaForCausalLM
+
+        model = LlamaForCausalLM(llama_config(arch)).to(device)
     model = torch.compile(model) if compiled else model
     step = plain_loop(model, arch.vocab_size, args.batch, args.seq, device, hf=kind == "hf")
     return step_times(step, WARMUP + args.steps, device)

@@ -34,6 +34,7 @@ from archsearch.latency.predict import KernelFit
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_latency_ablation import variant
 from bench_latency_accuracy import cases, predict
+from bench_latency_batch import figures
 
 
 def without_moe_trees(device):
@@ -42,10 +43,6 @@ def without_moe_trees(device):
     fit = p.kernels["moe"]
     kernels = {**p.kernels, "moe": KernelFit(fit.base, None, fit.samples)}
     return device.with_predictor(dataclasses.replace(p, kernels=kernels))
-
-
-def within(ratios) -> float:
-    return float(np.mean(np.abs(np.asarray(ratios) - 1.0) <= 0.1))
 
 
 def scores(device, runs: list[list[dict]], archs: dict) -> dict:
@@ -58,11 +55,12 @@ def scores(device, runs: list[list[dict]], archs: dict) -> dict:
             decode.append(r["decode_pred_ms"] / r["decode_ms"])
             if archs[r["summary"]].moe is not None:
                 moe.append(ttft[-1])
+    moe_figures = figures(moe)
     return {
-        "moe_ttft_ratio": float(np.median(moe)),
-        "moe_ttft_within_10": within(moe),
-        "ttft_within_10": within(ttft),
-        "decode_within_10": within(decode),
+        "moe_ttft_ratio": moe_figures["median"],
+        "moe_ttft_within_10": moe_figures["within_10"],
+        "ttft_within_10": figures(ttft)["within_10"],
+        "decode_within_10": figures(decode)["within_10"],
     }
 
 

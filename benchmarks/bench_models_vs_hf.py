@@ -36,8 +36,6 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def configs(args):
-    from transformers import LlamaConfig
-
     arch = ArchConfig.from_dict(
         {
             "name": "llama_style_bench",
@@ -58,22 +56,33 @@ def configs(args):
             "ffn": {"kind": "swiglu", "d_ffn": args.ffn},
         }
     )
-    hf = LlamaConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.d_model,
-        intermediate_size=args.ffn,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
-        max_position_embeddings=max(args.seq, 256),
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
+    return arch, llama_config(arch)
+
+
+def llama_config(arch: ArchConfig):
+    """The Hugging Face `LlamaConfig` of a Llama-style GQA architecture: the same vocabulary,
+    width, depth, heads, KV heads, head size, SwiGLU width, context, RMSNorm eps, RoPE base and
+    tied embeddings; no biases; SDPA attention."""
+    from transformers import LlamaConfig
+
+    r = arch.resolved()
+    a = r.attention
+    return LlamaConfig(
+        vocab_size=r.vocab_size,
+        hidden_size=r.d_model,
+        intermediate_size=r.ffn.d_ffn,
+        num_hidden_layers=r.n_layers,
+        num_attention_heads=a.n_heads,
+        num_key_value_heads=a.n_kv_heads,
+        head_dim=a.head_dim,
+        max_position_embeddings=r.max_seq_len,
+        rms_norm_eps=r.norm_eps,
+        rope_theta=a.rope_theta,
+        tie_word_embeddings=r.tie_embeddings,
         attention_bias=False,
         mlp_bias=False,
         attn_implementation="sdpa",
     )
-    return arch, hf
 
 
 @torch.no_grad()
