@@ -240,7 +240,8 @@ def run_mfu(args) -> dict:
             }
         print(name, json.dumps(out["contenders"][name]), flush=True)
         save(args.out, f"mfu{args.tag}", out)
-        torch.cuda.empty_cache() if device == "cuda" else None
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return out
 
 
@@ -468,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_gpu {args.what}: needs a CUDA GPU; torch {torch.__version__} sees none")
         return 2
     args.batch = args.batch or (32 if args.what == "mfu" else 8)
-    args.cache = tempfile.mkdtemp(prefix="bench-gpu-corpus-")
-    {"mfu": run_mfu, "fla": run_fla, "pack": run_pack}[args.what](args)
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-corpus-") as args.cache:
+        {"mfu": run_mfu, "fla": run_fla, "pack": run_pack}[args.what](args)
     return 0
 
 
