@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -440,6 +441,24 @@ def run_pack(args) -> dict:
 # ---- command line -----------------------------------------------------------------------------
 
 
+CONTENDERS = tuple(f"{k}-{m}" for m in ("eager", "compiled") for k in ("trial", "plain", "hf"))
+
+
+def contenders(text: str) -> str:
+    """`--contenders`: a comma-separated list of `CONTENDERS` (argparse's error otherwise)."""
+    unknown = [c for c in text.split(",") if c not in CONTENDERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {unknown[0]!r} (known: {', '.join(CONTENDERS)})")
+    return text
+
+
+def tag(text: str) -> str:
+    """`--tag`: letters, digits, '_', '.' and '-' only (it names a file under --out)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r}: letters, digits, '_', '.' and '-' only")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("mfu", "fla", "pack"))
@@ -449,12 +468,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10, help="mfu: timed steps after the warm-up")
     ap.add_argument(
         "--contenders",
-        default=",".join(
-            f"{k}-{m}" for m in ("eager", "compiled") for k in ("trial", "plain", "hf")
-        ),
+        type=contenders,
+        default=",".join(CONTENDERS),
         help="mfu: KIND-MODE,... of trial|plain|hf and eager|compiled (default: all six)",
     )
-    ap.add_argument("--tag", default="", help="mfu: a suffix of the JSON file's name")
+    ap.add_argument(
+        "--tag", type=tag, default="", help="mfu: a suffix of the JSON file's name ([A-Za-z0-9_.-])"
+    )
     ap.add_argument("--heads", type=int, default=16, help="fla: heads")
     ap.add_argument("--head-dim", type=int, default=64, help="fla: key and value size per head")
     ap.add_argument("--reps", type=int, default=10, help="fla: timed steps")

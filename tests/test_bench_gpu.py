@@ -64,3 +64,18 @@ def test_non_embedding_params_leave_out_the_tied_embedding_once():
     model = build_model(arch)
     total = sum(p.numel() for p in model.parameters())  # the tied head is one parameter
     assert bench.non_embedding_params(model) == total - arch.vocab_size * arch.d_model
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--contenders", "hf-eager,x-y"], "argument --contenders: unknown 'x-y'"),
+        (["--tag", "../elsewhere"], "argument --tag: '../elsewhere'"),
+    ],
+)
+def test_a_bad_argument_is_one_line_exit_2_before_anything_runs(args, says, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        load("bench_gpu").main(["mfu", "--smoke", *args, "--out", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
