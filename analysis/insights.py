@@ -410,7 +410,13 @@ def objective_lines(o: ObjectiveInsights, d: Design) -> list[str]:
     data, and the notable interactions."""
     lines = [f"{short_label(o.label)}: {o.observed.how}; {o.noise_note()}"]
     coefficients, trials = o.size
-    if coefficients * 2 > trials:
+    if coefficients == 1:  # the intercept alone
+        lines.append(
+            "no effect can be fitted yet: no level but each factor's reference has two trained "
+            f"trials among the {trials} the effects model keeps (a trial at a level trained "
+            "once is left out); more trials resolve the effects"
+        )
+    elif coefficients * 2 > trials:
         lines.append(
             f"the effects model has {coefficients} coefficients (an intercept, one per level "
             f"but the reference) for {trials} trials: resamples of so few trials cannot "

@@ -17,7 +17,7 @@ from studies import LATENCY, PLANTED, PREDICTED, make_planted_study, make_study
 
 from archsearch.analysis.design import design, observe
 from archsearch.analysis.effects import interactions, main_effects
-from archsearch.analysis.insights import fmt_interval, insights
+from archsearch.analysis.insights import fmt_interval, insights, objective_lines
 from archsearch.cli import main
 from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage
 
@@ -189,6 +189,17 @@ def test_a_level_with_one_trial_is_never_an_effect(tmp_path):
     assert rare.n == 1 and rare.status == "too few trained trials" and rare.interval is None
     assert not d.factor("rare").resolvable
     assert not [i for i in interactions(d, o, resamples=100) if "rare" in i.factors]
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_a_study_too_small_for_any_effect_says_so_in_one_statement(tmp_path, n):
+    make_study(tmp_path / "s.db", n=n)
+    data = load(f"sqlite:///{tmp_path / 's.db'}")
+    o = insights(data, ["rpi5"], resamples=20, importance_resamples=2).objectives[0]
+    assert o.size[0] == 1  # the intercept alone
+    lines = objective_lines(o, design(data))
+    assert [line for line in lines if line.startswith("no effect can be fitted yet")]
+    assert not [line for line in lines if "the effects model has" in line]
 
 
 def test_a_single_objective_study_works(tmp_path):
