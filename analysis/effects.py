@@ -88,10 +88,12 @@ class Effect:
     factor: str
     level: Any  # the level, or "per doubling" / "per unit" for a slope
     reference: Any
-    n: int  # trained trials at the level (a slope: active trials)
-    n_reference: int
+    n: int  # trained trials at the level (a slope: its active trials in the model)
+    n_reference: int  # trained trials at the reference level
     unit: str  # "%" for a relative effect, else the objective's unit
     status: str  # "estimated", "too few trained trials", "too few trials", "confounded"
+    # (level, reference) trials in the model: a trial at a level trained once is left out
+    modelled: tuple[int, int] = (0, 0)
     interval: Interval | None = None
     given: str = ""  # what the effect is conditional on (a nested factor's reference)
     note: str = ""  # for a confounded effect: the columns it moves with
@@ -266,17 +268,19 @@ def main_effects(
     fit = _fit(keys, x, obs, resamples, np.random.default_rng(seed), among=keep)
     out = []
     for f in d.factors:
-        n_ref = int((f.indicator(f.reference) * keep).sum()) if not f.slope else 0
+        n_ref = int((f.indicator(f.reference) * has).sum()) if not f.slope else 0
+        modelled_ref = int((f.indicator(f.reference) * keep).sum()) if not f.slope else 0
         shown = [None] if f.slope else list(f.levels[1:])
         for level in shown:
             if f.slope:
                 level_shown = "per doubling" if f.slope == "log2" else "per unit"
-                n = int((f.active & keep).sum())
+                n = modelled = int((f.active & keep).sum())
                 enough = len(f.levels) >= 3 and n >= 3
             else:
                 level_shown = level
                 n = int((f.indicator(level) * has).sum())
-                enough = n >= MIN_TRIALS and n_ref >= MIN_TRIALS
+                modelled = int((f.indicator(level) * keep).sum())
+                enough = n >= MIN_TRIALS and modelled_ref >= MIN_TRIALS
             j = keys.index((f.name, level)) + 1 if (f.name, level) in keys else None
             interval = _interval(obs, fit.estimate[j], fit.draws[:, j]) if enough and j else None
             note = ""
@@ -297,6 +301,7 @@ def main_effects(
                     reference=None if f.slope else f.reference,
                     n=n,
                     n_reference=n_ref,
+                    modelled=(modelled, modelled_ref),
                     unit=obs.unit,
                     status=status,
                     interval=interval if status == "estimated" else None,

@@ -371,10 +371,12 @@ def effect_line(e: Effect, f: Factor) -> str:
     else:
         what = f"{e.factor} {f.level_text(e.level)} vs {f.level_text(e.reference)}"
         count = f"n={e.n} vs {e.n_reference}"
+        if e.modelled != (e.n, e.n_reference):  # trials at levels trained once left out
+            count += f", {e.modelled[0]} vs {e.modelled[1]} in the model"
     if e.status == "too few trained trials":
         return (
             f"{what}: too few trained trials for an effect on {where} ({count}; needs "
-            f"{MIN_TRIALS} each)"
+            f"{MIN_TRIALS} each{' in the model' if e.modelled != (e.n, e.n_reference) else ''})"
         )
     if e.status == "confounded":
         return (
@@ -572,6 +574,7 @@ def objective_summary(o: ObjectiveInsights) -> dict[str, Any]:
                 "reference": e.reference,
                 "n": e.n,
                 "n_reference": e.n_reference,
+                "modelled": list(e.modelled),
                 "status": e.status,
                 "given": e.given or None,
                 **(_interval_dict(e.interval) or {}),

@@ -17,7 +17,7 @@ from studies import LATENCY, PLANTED, PREDICTED, make_planted_study, make_study
 
 from archsearch.analysis.design import design, observe
 from archsearch.analysis.effects import interactions, main_effects
-from archsearch.analysis.insights import fmt_interval, insights, objective_lines
+from archsearch.analysis.insights import effect_line, fmt_interval, insights, objective_lines
 from archsearch.cli import main
 from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage
 
@@ -185,8 +185,22 @@ def test_a_level_with_one_trial_is_never_an_effect(tmp_path):
     make_planted_study(path, rare=True, seed=1, extras=False)
     d = design(load(f"sqlite:///{path}"))
     o = observe(d, "val_loss", "minimize")
-    rare = next(e for e in main_effects(d, o, resamples=100) if e.factor == "rare")
+    effects = main_effects(d, o, resamples=100)
+    rare = next(e for e in effects if e.factor == "rare")
     assert rare.n == 1 and rare.status == "too few trained trials" and rare.interval is None
+    # n and n_reference count trained trials; `modelled` those the model keeps (the rare
+    # level's one trial is left out), and the statement says both where they differ
+    f = d.factor("rare")
+    trained_at_reference = int((f.indicator(f.reference) * o.has_value).sum())
+    assert rare.n_reference == trained_at_reference and rare.modelled[0] == 0
+    assert effect_line(rare, f).endswith(
+        f"(n=1 vs {trained_at_reference}, 0 vs {rare.modelled[1]} in the model; "
+        "needs 2 each in the model)"
+    )
+    for e in effects:
+        assert e.modelled[0] <= e.n and e.modelled[1] <= e.n_reference
+        if e.status == "estimated" and not d.factor(e.factor).slope:
+            assert min(e.modelled) >= 2
     assert not d.factor("rare").resolvable
     assert not [i for i in interactions(d, o, resamples=100) if "rare" in i.factors]
 
