@@ -371,12 +371,14 @@ def effect_line(e: Effect, f: Factor) -> str:
     else:
         what = f"{e.factor} {f.level_text(e.level)} vs {f.level_text(e.reference)}"
         count = f"n={e.n} vs {e.n_reference}"
-        if e.modelled != (e.n, e.n_reference):  # trials at levels trained once left out
-            count += f", {e.modelled[0]} vs {e.modelled[1]} in the model"
+    # the model's own counts, where trials at levels trained once were left out of it
+    in_model = "" if f.slope or e.modelled == (e.n, e.n_reference) else " in the model"
+    if in_model:
+        count += f", {e.modelled[0]} vs {e.modelled[1]}{in_model}"
     if e.status == "too few trained trials":
         return (
             f"{what}: too few trained trials for an effect on {where} ({count}; needs "
-            f"{MIN_TRIALS} each{' in the model' if e.modelled != (e.n, e.n_reference) else ''})"
+            f"{MIN_TRIALS} each{in_model})"
         )
     if e.status == "confounded":
         return (
