@@ -29,15 +29,16 @@ from archsearch.models import build_model
 from archsearch.models.gemm import Linear
 from archsearch.models.moe import MoE
 
+VOCAB = 4096
 # (d_model, experts, top-k, tokens, expert width / d): held-out-size prefills down to a small one
 FORWARD = [
     (896, 8, 2, 1536, 1.0),
     (768, 8, 2, 768, 1.0),
     (512, 8, 2, 512, 1.0),
     (256, 8, 2, 256, 1.0),
+    (512, 16, 1, 64, 0.5),
 ]
-FORWARD += [(512, 16, 1, 64, 0.5)]
-# (d_model, experts, top-k, batch, sequence): four layers, vocabulary 4096
+# (d_model, experts, top-k, batch, sequence): four layers
 TRAIN = [(256, 8, 2, 16, 256), (512, 8, 2, 8, 512)]
 
 
@@ -45,7 +46,7 @@ def arch(d: int, experts: int, top_k: int, expert_width: float, layers: int = 1)
     return ArchConfig.from_dict(
         {
             "name": "moe",
-            "vocab_size": 4096,
+            "vocab_size": VOCAB,
             "d_model": d,
             "n_layers": layers,
             "max_seq_len": 1024,
@@ -88,7 +89,7 @@ def train_ms(d, experts, top_k, batch, seq, rounds: int, steps: int) -> dict[str
         for name in best:
             route_on(model, name == "onednn")
             for _ in range(steps):
-                idx = torch.randint(0, 4096, (batch, seq + 1))
+                idx = torch.randint(0, VOCAB, (batch, seq + 1))
                 start = time.perf_counter()
                 _, loss = model(idx[:, :-1], idx[:, 1:])  # with the MoE aux loss
                 loss.backward()
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/moe_experts.json")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     rows = []
     torch.set_num_threads(args.threads)
     for d, e, k, n, w in FORWARD:
@@ -127,7 +129,7 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()} {os.cpu_count()} CPUs, "
         f"torch {torch.__version__}",
         "threads": {"forward": args.threads, "train": args.train_threads},
-        "load_average_before": os.getloadavg(),
+        "load_average_before": load_before,
         "rounds": args.rounds,
         "rows": rows,
         "ratio": {
