@@ -31,6 +31,7 @@ from archsearch.space import (
     spec,
     suggest,
 )
+from archsearch.space import assign as assign_module
 from archsearch.space.assign import (
     DerivedError,
     apply_assignment,
@@ -253,6 +254,40 @@ def test_derived_values_equal_omegaconfs_over_the_whole_tree(name):
         for key, value in expected.items():
             set_path(whole, key, value)
         assert got == whole  # the derived values set, nothing else changed
+
+
+def _resolved_or_rejected(tree: dict, derived: dict[str, str], strict: bool) -> str:
+    try:
+        return repr(resolve_derived(copy.deepcopy(tree), derived, strict=strict))
+    except DerivedError as err:
+        return f"{err.reason}: {err}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([64, 96, 64.0, 7, True]), st.sampled_from([16, 32, 0])),
+        min_size=1,
+        max_size=10,
+    ),
+    st.booleans(),
+)
+def test_a_resolution_kept_by_what_it_read_equals_a_fresh_one(draws, strict):
+    """Derived values are kept by the values their expressions read: a candidate that read
+    what another read gets the same values (as its own copies), a rejection is raised again
+    (or, not strict, skipped again), and 64, 64.0 and True are different values."""
+    derived = {
+        "attention.n_heads": "${div:${d_model},${vars.head}}",
+        "ffn.d_ffn": "${mul:${d_model},3}",
+    }
+    for d_model, head in draws:
+        tree = {"d_model": d_model, "vars": {"head": head}, "attention": {}, "unread": [head]}
+        kept = _resolved_or_rejected(tree, derived, strict)
+        assign_module._resolved.clear()  # private: no caller but a test forgets what it kept
+        assert kept == _resolved_or_rejected(tree, derived, strict)
+    first = resolve_derived({"d_model": 64, "vars": {"head": 16}, "ffn": {}}, derived)
+    first["ffn"]["d_ffn"] = 0  # a caller changing its values changes no one else's
+    assert resolve_derived({"d_model": 64, "vars": {"head": 16}}, derived)["ffn"]["d_ffn"] == 192
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -244,15 +245,25 @@ def test_bad_input_exits_2_and_leaves_no_study(tmp_path, args, fragment):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_space_without_feasible_candidates_exits_2(tmp_path):
+def test_a_space_without_feasible_candidates_exits_2_and_the_driver_never_imports_torch(tmp_path):
+    """Refused before Ray starts, after every check of the driver's (the space, the placement,
+    the runtime, the sampler, feasibility): none of them imports torch, which only trials need
+    (about a second of CPU per sweep)."""
     space = tmp_path / "space.yaml"
     space.write_text(
         "base: tiny_gqa\nparams:\n  n_layers: choice(2, 4)\n"
         "constraints:\n  - {metric: params, max: 1000}\n"
         "objectives:\n  - {metric: val_loss}\n"
     )
-    res = sweep(tmp_path, f"space_file={space}", timeout=120)
-    assert res.returncode == 2
+    code = (
+        "import sys; from archsearch.cli import main; "
+        f"rc = main(['sweep', 'run_dir={tmp_path / 'run'}', 'space_file={space}']); "
+        "print(rc, 'torch' in sys.modules)"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert res.stdout.split() == ["2", "False"], res.stderr
     assert "no feasible candidate" in res.stderr and "params" in res.stderr
     assert not (tmp_path / "run").exists()
 

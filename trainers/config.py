@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 import re
 import types
@@ -26,11 +28,14 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from archsearch.errors import UserError
 from archsearch.metrics import PROBE_TASKS
 from archsearch.trainers import schedule, tokenizer
+
+if TYPE_CHECKING:
+    from archsearch.arch import ArchConfig
 
 BUDGET_KINDS = ("tokens", "flops", "time", "steps")
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -485,6 +490,29 @@ class TrainConfig:
                 )
         if self.probe_vocab < 16:
             raise UserError(f"must be at least 16, got {self.probe_vocab}", key="probe_vocab")
+
+
+def check_cpu_precision(precision: Any) -> None:
+    """Refuse fp16 for a trial on the CPU: its gradients need a loss scaler and CPUs have no
+    fast fp16 arithmetic, so it is refused, not emulated."""
+    if str(precision) == "fp16":
+        raise UserError(
+            "fp16 needs a GPU (cuda or mps) and this trial runs on the CPU; use bf16 or fp32",
+            key="precision",
+        )
+
+
+# settings that say where and how a trial runs, not what it trains: a checkpoint resumes under
+# other values (another device, micro batch or compile setting)
+EXECUTION_SETTINGS = ("cache_dir", "keep_checkpoint", "device", "compile", "micro_batch_size")
+
+
+def trial_key(arch: ArchConfig, cfg: TrainConfig) -> str:
+    """Identifies what a run directory holds: the architecture and the settings that shape
+    training (not where it runs, where the cache lives or whether the checkpoint is kept)."""
+    settings = {k: v for k, v in cfg.to_dict().items() if k not in EXECUTION_SETTINGS}
+    blob = json.dumps({"arch": arch.to_dict(), "train": settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _positive(cfg: TrainConfig, key: str) -> None:

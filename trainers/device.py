@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from archsearch.errors import UserError
+from archsearch.trainers.config import check_cpu_precision
 
 __all__ = [
     "Placement",
@@ -66,11 +67,8 @@ def resolve_device(device: str, precision: str, placement: Placement) -> torch.d
         else:
             device = "cuda" if cuda else "mps" if mps else "cpu"
     chosen = torch.device(f"cuda:{index}" if device == "cuda" else device)
-    if precision == "fp16" and chosen.type == "cpu":
-        raise UserError(
-            "fp16 needs a GPU (cuda or mps) and this trial runs on the CPU; use bf16 or fp32",
-            key="precision",
-        )
+    if chosen.type == "cpu":
+        check_cpu_precision(precision)
     if precision == "bf16" and chosen.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError(
             f"bf16 is not supported by {torch.cuda.get_device_name(index)}", key="precision"

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import shutil
@@ -52,7 +51,7 @@ from archsearch.arch import ArchConfig
 from archsearch.cost import train_flops_per_token
 from archsearch.errors import UserError
 from archsearch.trainers import checkpoint, lr_search
-from archsearch.trainers.config import Budget, LrSearch, TrainConfig, parse_budget
+from archsearch.trainers.config import Budget, LrSearch, TrainConfig, parse_budget, trial_key
 from archsearch.trainers.data import Batches, Corpus, eval_windows, load_corpus
 from archsearch.trainers.device import (
     Placement,
@@ -135,19 +134,6 @@ def train_tokens(arch: ArchConfig, cfg: TrainConfig) -> int | None:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
-
-
-# settings that say where and how a trial runs, not what it trains: a checkpoint resumes under
-# other values (another device, micro batch or compile setting)
-EXECUTION_SETTINGS = ("cache_dir", "keep_checkpoint", "device", "compile", "micro_batch_size")
-
-
-def trial_key(arch: ArchConfig, cfg: TrainConfig) -> str:
-    """Identifies what a run directory holds: the architecture and the settings that shape
-    training (not where it runs, where the cache lives or whether the checkpoint is kept)."""
-    settings = {k: v for k, v in cfg.to_dict().items() if k not in EXECUTION_SETTINGS}
-    blob = json.dumps({"arch": arch.to_dict(), "train": settings}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 @contextlib.contextmanager

@@ -169,47 +169,68 @@ def _register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, _per_candidate(name, fn))
 
 
+RESOLVED_KEPT = 4096  # resolutions kept by what they read (a space's candidates share few)
+_resolved: dict[str, dict[str, Any]] = {}
+
+
 def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
     """Fill the derived values of `tree` (an architecture dict plus `vars`) by OmegaConf
     interpolation. Raises `DerivedError` for a candidate-specific failure and `UserError`
     (naming `derived.KEY`) for a broken expression."""
     if not derived:
         return tree
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    _register_resolvers()
     for key, expr in derived.items():
         try:
             check_expression(expr)
         except ValueError as err:
             raise UserError(str(err), key=f"derived.{key}") from None
         set_path(tree, key, expr)
-    # OmegaConf builds a node per value it is given: only what the expressions read (`tiny`:
-    # 4.8 -> 3.2 ms per candidate; parsing each expression twice, at `create` and `select`, is
-    # most of the rest, and OmegaConf 2.3 keeps no parse)
+    # OmegaConf builds a node per value it is given and parses each expression twice (at
+    # `create` and `select`; OmegaConf 2.3 keeps no parse): only what the expressions read is
+    # given, and a resolution is kept by what it read, which a space's candidates share (the
+    # values of a few parameters decide every derived value). `repr` tells 1, 1.0 and True apart.
     part = _read_by(tree, derived)
-    conf = OmegaConf.create(tree if part is None else part)
-    out = {}
+    if part is None:
+        outcome = _resolve(tree, derived)
+    else:
+        memo = repr((part, derived))
+        if memo not in _resolved:
+            if len(_resolved) >= RESOLVED_KEPT:
+                del _resolved[next(iter(_resolved))]
+            _resolved[memo] = _resolve(part, derived)
+        outcome = _resolved[memo]
+    for key, value in outcome.items():
+        if isinstance(value, DerivedError):
+            if strict:  # a new error each time: a kept one would collect every traceback
+                raise DerivedError(value.reason, str(value))
+            continue
+        set_path(tree, key, copy.deepcopy(value))
+    return tree
+
+
+def _resolve(tree: dict, derived: dict[str, str]) -> dict[str, Any]:
+    """Each derived key's value in `tree` (whose derived keys hold their expressions), or the
+    `DerivedError` that rejects the candidate; `UserError` for a broken expression."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_resolvers()
+    conf = OmegaConf.create(tree)
+    out: dict[str, Any] = {}
     for key in derived:
         try:
             out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
         except OmegaConfBaseException as err:
             cause = _root_cause(err)
-            if isinstance(cause, DerivedError):
-                if strict:
-                    raise DerivedError(cause.reason, f"derived.{key}: {cause}") from None
-                continue
-            msg = " ".join(str(err).split("\n")[0].split())
-            raise UserError(
-                f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
-            ) from None
+            if not isinstance(cause, DerivedError):
+                msg = " ".join(str(err).split("\n")[0].split())
+                raise UserError(
+                    f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
+                ) from None
+            out[key] = DerivedError(cause.reason, f"derived.{key}: {cause}")
         except DerivedError as err:
-            if strict:
-                raise DerivedError(err.reason, f"derived.{key}: {err}") from None
-    for key, value in out.items():
-        set_path(tree, key, value)
-    return tree
+            out[key] = DerivedError(err.reason, f"derived.{key}: {err}")
+    return out
 
 
 def _root_cause(err: BaseException) -> BaseException:

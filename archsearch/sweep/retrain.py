@@ -311,8 +311,7 @@ def run_jobs(
     from ray.tune.search import Searcher
 
     from archsearch.arch import ArchConfig
-    from archsearch.trainers.config import TrainConfig
-    from archsearch.trainers.trial import trial_key
+    from archsearch.trainers.config import TrainConfig, trial_key
 
     if not jobs:
         return []

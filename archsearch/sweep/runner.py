@@ -237,8 +237,7 @@ def check_placement(cfg: SweepConfig, train: dict[str, Any]) -> None:
     """Refuse, before Ray starts, settings no trial could run under: a CUDA trial without GPUs
     (or, on a local Ray, on a machine without CUDA), fp16 on CPU-only trials, a global batch
     that does not split between the workers."""
-    from archsearch.trainers.config import TrainConfig
-    from archsearch.trainers.device import Placement, resolve_device
+    from archsearch.trainers.config import TrainConfig, check_cpu_precision
 
     tc = TrainConfig.from_dict(train)
     where = str(tc.device)
@@ -246,11 +245,15 @@ def check_placement(cfg: SweepConfig, train: dict[str, Any]) -> None:
         raise UserError("cuda trials need gpus_per_trial > 0", key="train.device")
     if where == "auto" and cfg.gpus_per_trial == 0:
         where = "cpu"  # what auto resolves to in a trial Ray assigned no GPU
-    if where != "auto" and (where != "cuda" or not cfg.ray.address):
-        try:  # the driver's machine is the cluster (or the trial runs on the CPU)
+    try:  # the driver's machine is the cluster (or the trial runs on the CPU)
+        if where == "cpu":  # what the CPU refuses needs no torch import
+            check_cpu_precision(tc.precision)
+        elif where != "auto" and (where != "cuda" or not cfg.ray.address):
+            from archsearch.trainers.device import Placement, resolve_device
+
             resolve_device(where, tc.precision, Placement())
-        except UserError as err:
-            raise UserError(err.detail, key=f"train.{err.key}") from None
+    except UserError as err:
+        raise UserError(err.detail, key=f"train.{err.key}") from None
     workers = cfg.workers_per_trial
     share = tc.batch_size // workers
     if tc.batch_size % workers or share % (tc.micro_batch_size or share):

@@ -101,8 +101,7 @@ def next_candidate(state: SweepState, tune_id: str):
 def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict | None:
     """Claim the architecture and hand the trial to Tune; None when another driver's trial
     holds it (this one then waits as its duplicate)."""
-    from archsearch.trainers.config import TrainConfig
-    from archsearch.trainers.trial import trial_key
+    from archsearch.trainers.config import TrainConfig, trial_key
 
     arch = priced.arch
     cfg = TrainConfig.from_dict(state.train, prefix="train")
