@@ -22,6 +22,12 @@ deactivate it (`linear.family` is "-" exactly where `layers.mixer` is not `linea
 may credit that part of the variance to either, so the two shares are read together; the
 intervals show how stable the split is.
 
+**Enough trials.** The trials separate the factors' main effects only when they outnumber the
+terms of a main-effects model (an intercept and, per factor, one term per level beyond the first;
+one for a number of many values): with fewer, any split of the variance fits them, and the forest
+reports whichever its trees happened to draw. Below that the importances are not computed
+(`separable`) and the statements say how many trials it takes.
+
 **Intervals**: the 2.5 and 97.5 percentiles of the normalised importance over `RESAMPLES`
 resamples of the trials (with replacement; a trial's seeds resampled too), each evaluated by a
 forest of `TREES` trees with its own seed: the interval covers both the data and the forest. A
@@ -36,7 +42,7 @@ import numpy as np
 
 from archsearch.analysis.design import INACTIVE, Design, Observed
 
-__all__ = ["RESAMPLES", "TREES", "Importance", "importances", "level_key"]
+__all__ = ["RESAMPLES", "TREES", "Importance", "Support", "importances", "level_key", "support"]
 
 RESAMPLES = 30  # bootstrap resamples (each a fANOVA fit of TREES trees)
 TREES = 16  # trees per fit (Optuna's default is 64: the resamples average the forest out)
@@ -55,19 +61,49 @@ class Importance:
     levels: int  # distinct trained levels (with "-" where inactive)
 
 
+@dataclass(frozen=True)
+class Support:
+    """What an objective's importances stand on: its trials with a value, and the terms of a
+    main-effects model of the factors that vary among them (the intercept not counted)."""
+
+    trials: int
+    terms: int
+
+    @property
+    def needed(self) -> int:
+        """The fewest trials that separate the terms: more than the terms and the intercept."""
+        return self.terms + 2
+
+    @property
+    def separable(self) -> bool:
+        return self.terms > 0 and self.trials >= self.needed
+
+
+def support(d: Design, obs: Observed) -> Support:
+    """The trials of `obs` and the main-effect terms of the factors that vary among them."""
+    rows = np.flatnonzero(obs.has_value)
+    terms = 0
+    for f in d.factors:
+        levels = len({level_key(f.values[i]) for i in rows})
+        terms += min(levels - 1, 1) if f.slope else levels - 1
+    return Support(len(rows), terms)
+
+
 def importances(
     d: Design, obs: Observed, resamples: int = RESAMPLES, seed: int = 0
 ) -> list[Importance]:
-    """Each factor's importance for `obs`, largest first; [] where fewer than three trials
-    have a value or no factor varies."""
+    """Each factor's importance for `obs`, largest first; [] where the trials cannot separate
+    the factors (`support`)."""
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
+    if not support(d, obs).separable:
+        return []
     rows = np.flatnonzero(obs.has_value)
     if len(rows) > MAX_TRIALS:  # a forest per resample: a seeded sample of a large study
         rows = np.sort(np.random.default_rng(seed).choice(rows, MAX_TRIALS, replace=False))
     factors = [f for f in d.factors if len({level_key(f.values[i]) for i in rows}) > 1]
-    if len(rows) < 3 or not factors:
+    if not factors:
         return []
     dists, params = {}, [dict() for _ in rows]
     for f in factors:

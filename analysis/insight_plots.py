@@ -64,6 +64,15 @@ def _unit_title(o: ObjectiveInsights) -> str:
     return f"{what} on {short_label(o.label)} ({unit or 'its unit'}; 95% bootstrap interval)"
 
 
+def _importance_title(o: ObjectiveInsights) -> str:
+    """What the importance chart shows, or why it shows nothing yet."""
+    trials = int(o.observed.has_value.sum())
+    title = f"what matters for {short_label(o.label)} ({trials} trials)"
+    if not o.importance and o.support.terms:
+        title += f": not estimated yet, it takes {o.support.needed}"
+    return title
+
+
 def importance_mpl(o: ObjectiveInsights):
     """The fANOVA importances of `o` as horizontal bars with their 95% intervals."""
     from matplotlib.figure import Figure
@@ -80,10 +89,7 @@ def importance_mpl(o: ObjectiveInsights):
     ax.set_yticks(y, [i.factor for i in imp], fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of the objective's variance (fANOVA, Optuna), 95% bootstrap interval")
-    ax.set_title(
-        f"what matters for {short_label(o.label)} ({int(o.observed.has_value.sum())} trials)",
-        fontsize=9,
-    )
+    ax.set_title(_importance_title(o), fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -141,7 +147,7 @@ def importance_figure(o: ObjectiveInsights):
         )
     )
     fig.update_layout(
-        title=f"what matters for {short_label(o.label)} (fANOVA share of variance)",
+        title=_importance_title(o),
         xaxis={"range": [0, 1], "title": "share of the objective's variance, 95% interval"},
         height=160 + 28 * len(imp),
         margin={"l": 160},

@@ -37,7 +37,7 @@ from archsearch.analysis.front import (
     resolve_axis,
 )
 from archsearch.analysis.importance import RESAMPLES as IMPORTANCE_RESAMPLES
-from archsearch.analysis.importance import Importance, importances
+from archsearch.analysis.importance import Importance, Support, importances, support
 from archsearch.analysis.noise import NOT_MEASURED
 from archsearch.analysis.pareto import Pareto, analyse
 from archsearch.errors import UserError
@@ -66,6 +66,7 @@ class ObjectiveInsights:
     effects: list[Effect]
     interactions: list[Interaction]  # every contrast tested
     size: tuple[int, int] = (0, 0)  # the effects model's (coefficients, trials)
+    support: Support = field(default_factory=lambda: Support(0, 0))  # what importances stand on
 
     @property
     def label(self) -> str:
@@ -259,6 +260,7 @@ def insights(
                 main_effects(d, obs, **kw),
                 find_interactions(d, obs, **kw),
                 model_size(d, obs),
+                support(d, obs),
             )
         )
     comps, ordering = [], []
@@ -427,6 +429,13 @@ def objective_lines(o: ObjectiveInsights, d: Design) -> list[str]:
             "separate most of them, so many effects stay unresolved; more trials, or fewer "
             "searched parameters, resolve them"
         )
+    if not o.support.separable and o.support.terms:
+        lines.append(
+            f"what matters most for {short_label(o.label)}: not estimated yet: "
+            f"{o.support.trials} trials cannot separate the {o.support.terms} main-effect terms "
+            "of the factors that vary (one per level beyond the first); fANOVA would split the "
+            f"variance among them at random; it takes {o.support.needed} trials"
+        )
     if o.importance:
         top = [i for i in o.importance if i.share >= 0.05][:3] or o.importance[:1]
         parts = [f"{i.factor} {i.share:.0%} ({i.low:.0%}..{i.high:.0%})" for i in top]
@@ -569,6 +578,11 @@ def objective_summary(o: ObjectiveInsights) -> dict[str, Any]:
             {"factor": i.factor, "share": i.share, "low": i.low, "high": i.high}
             for i in o.importance
         ],
+        "importance_support": {
+            "trials": o.support.trials,
+            "terms": o.support.terms,
+            "needed": o.support.needed,
+        },
         "effects": [
             {
                 "factor": e.factor,

@@ -229,21 +229,18 @@ class Study:
         return pd.DataFrame(rows)
 
     def importance(self, device=None, **kwargs: Any):
-        """Every parameter's fANOVA importance per objective with its 95% interval."""
+        """Every parameter's fANOVA importance per objective with its 95% interval; no row for
+        an objective whose trials cannot separate the parameters yet (`statements` say so)."""
         import pandas as pd
 
+        columns = ["objective", "factor", "share", "low", "high"]
         return pd.DataFrame(
             [
-                {
-                    "objective": i.objective,
-                    "factor": i.factor,
-                    "share": i.share,
-                    "low": i.low,
-                    "high": i.high,
-                }
+                [i.objective, i.factor, i.share, i.low, i.high]
                 for o in self.insights(device, **kwargs).objectives
                 for i in o.importance
-            ]
+            ],
+            columns=columns,  # kept when no objective has enough trials (`importance.support`)
         )
 
     def interactions(self, device=None, **kwargs: Any):

@@ -8,6 +8,7 @@ carry it; bad input is one line and exit 2, with nothing written."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -17,6 +18,7 @@ from studies import LATENCY, PLANTED, PREDICTED, make_planted_study, make_study
 
 from archsearch.analysis.design import design, observe
 from archsearch.analysis.effects import interactions, main_effects
+from archsearch.analysis.importance import importances, support
 from archsearch.analysis.insights import effect_line, fmt_interval, insights, objective_lines
 from archsearch.cli import main
 from archsearch.study import Status, StudyMeta, StudyWriter, load, open_storage
@@ -127,6 +129,32 @@ def test_importance_ranks_the_factors_that_move_each_objective(planted):
         assert i.low <= i.high
 
 
+def test_importances_wait_for_trials_that_separate_the_factors(tmp_path):
+    """fANOVA splits an objective's variance among the factors' main effects: only more trials
+    than a main-effects model's terms (an intercept, a term per level beyond the first, one per
+    number of many values) separate them. Fewer trials get no importances; as many get them."""
+    make_study(tmp_path / "s.db", n=30)
+    data = load(f"sqlite:///{tmp_path / 's.db'}")
+    d = design(data)
+    full = observe(d, "val_loss", "minimize")
+    rows = np.flatnonzero(full.has_value)
+    seen = set()
+    for k in range(1, len(rows) + 1):
+        keep = set(rows[:k].tolist())
+        seeds = [s if i in keep else s[:0] for i, s in enumerate(full.seeds)]
+        obs = dataclasses.replace(full, seeds=seeds)
+        terms = 0
+        for f in d.factors:  # counted apart from `support`: the levels among the k trials
+            levels = len({"-" if f.values[i] is None else str(f.values[i]) for i in keep})
+            terms += min(levels - 1, 1) if f.slope else levels - 1
+        got = support(d, obs)
+        assert (got.trials, got.terms, got.needed) == (k, terms, terms + 2)
+        computed = bool(importances(d, obs, resamples=1))
+        assert computed == (terms > 0 and k >= terms + 2), (k, terms)
+        seen.add(computed)
+    assert seen == {False, True}  # the study crosses the line
+
+
 def test_fronts_by_factor_and_what_changes_between_devices(planted):
     """Attention is slow on rpi5 and a linear mixer on the Jetson: the fronts say so."""
     _, ins = planted
@@ -213,6 +241,10 @@ def test_a_study_too_small_for_any_effect_says_so_in_one_statement(tmp_path, n):
     assert o.size[0] == 1  # the intercept alone
     lines = objective_lines(o, design(data))
     assert [line for line in lines if line.startswith("no effect can be fitted yet")]
+    assert not o.importance and not o.support.separable
+    (why,) = [line for line in lines if line.startswith("what matters most for val_loss")]
+    assert why.startswith(f"what matters most for val_loss: not estimated yet: {o.support.trials}")
+    assert why.endswith(f"it takes {o.support.needed} trials")
     assert not [line for line in lines if "the effects model has" in line]
 
 

@@ -27,7 +27,7 @@ def run(tmp_path_factory):
     """A folder holding runs/tiny/study.db, as `make run` leaves it."""
     home = tmp_path_factory.mktemp("notebook")
     (home / "runs" / "tiny").mkdir(parents=True)
-    info = make_study(home / "runs" / "tiny" / "study.db", n=24)
+    info = make_study(home / "runs" / "tiny" / "study.db", n=36)  # 20 trained, as make run
     return home, info
 
 
@@ -39,7 +39,7 @@ def test_the_tutorial_runs_as_written(run, monkeypatch):
     """Every python cell of the tutorial, in order, in one namespace, in the folder holding
     runs/ (as a notebook started there); the last expression of a cell is what the notebook
     shows, and a figure shows as HTML."""
-    home, _ = run
+    home, info = run
     monkeypatch.chdir(home)
     code = cells(TUTORIAL.read_text())
     assert len(code) >= 10
@@ -56,7 +56,10 @@ def test_the_tutorial_runs_as_written(run, monkeypatch):
     assert len(figures) == 3
     assert all("plotly" in f.to_html(include_plotlyjs=False) for f in figures)
     assert sum(isinstance(s, pd.DataFrame) for s in shown) >= 7
-    assert len(namespace["df"]) == 25 and len(namespace["front"]) >= 2
+    written = sum(len(numbers) for numbers in info["by_status"].values())
+    assert len(namespace["df"]) == written and len(namespace["front"]) >= 2
+    importance = [s for s in shown if isinstance(s, pd.DataFrame) and "share" in s.columns]
+    assert len(importance) == 1 and len(importance[0])  # 20 trained trials separate them
     assert {"estimate", "low", "high", "status"} <= set(namespace["effects"].columns)
 
 
