@@ -23,10 +23,12 @@ may credit that part of the variance to either, so the two shares are read toget
 intervals show how stable the split is.
 
 **Enough trials.** The trials separate the factors' main effects only when they outnumber the
-terms of a main-effects model (an intercept and, per factor, one term per level beyond the first;
-one for a number of many values): with fewer, any split of the variance fits them, and the forest
-reports whichever its trees happened to draw. Below that the importances are not computed
-(`separable`) and the statements say how many trials it takes.
+terms of a main-effects model: an intercept and, per factor, one term per active level beyond
+the first (one for a number of many values). A conditional parameter's inactive level adds no
+term: it is its parents' levels that deactivate it. With fewer trials any split of the variance
+fits them, and the forest reports whichever its trees happened to draw. Below that the
+importances are not computed (`Support.separable`), and the statements say how many trials it
+takes at least (the levels trained so far; a level trained later adds its term).
 
 **Intervals**: the 2.5 and 97.5 percentiles of the normalised importance over `RESAMPLES`
 resamples of the trials (with replacement; a trial's seeds resampled too), each evaluated by a
@@ -64,7 +66,7 @@ class Importance:
 @dataclass(frozen=True)
 class Support:
     """What an objective's importances stand on: its trials with a value, and the terms of a
-    main-effects model of the factors that vary among them (the intercept not counted)."""
+    main-effects model of the factors' levels among them (the intercept not counted)."""
 
     trials: int
     terms: int
@@ -80,12 +82,12 @@ class Support:
 
 
 def support(d: Design, obs: Observed) -> Support:
-    """The trials of `obs` and the main-effect terms of the factors that vary among them."""
+    """The trials of `obs` and the main-effect terms of the factors' active levels among them."""
     rows = np.flatnonzero(obs.has_value)
     terms = 0
     for f in d.factors:
-        levels = len({level_key(f.values[i]) for i in rows})
-        terms += min(levels - 1, 1) if f.slope else levels - 1
+        active = len({level_key(f.values[i]) for i in rows if f.values[i] is not None})
+        terms += max(min(active, 2 if f.slope else active) - 1, 0)
     return Support(len(rows), terms)
 
 

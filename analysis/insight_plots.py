@@ -69,7 +69,7 @@ def _importance_title(o: ObjectiveInsights) -> str:
     trials = int(o.observed.has_value.sum())
     title = f"what matters for {short_label(o.label)} ({trials} trials)"
     if not o.importance and o.support.terms:
-        title += f": not estimated yet, it takes {o.support.needed}"
+        title += f": not estimated yet, it takes at least {o.support.needed}"
     return title
 
 

@@ -433,8 +433,9 @@ def objective_lines(o: ObjectiveInsights, d: Design) -> list[str]:
         lines.append(
             f"what matters most for {short_label(o.label)}: not estimated yet: "
             f"{o.support.trials} trials cannot separate the {o.support.terms} main-effect terms "
-            "of the factors that vary (one per level beyond the first); fANOVA would split the "
-            f"variance among them at random; it takes {o.support.needed} trials"
+            "of the levels trained so far (one per active level beyond the first); fANOVA would "
+            f"split the variance among them at random; it takes at least {o.support.needed} "
+            "trials"
         )
     if o.importance:
         top = [i for i in o.importance if i.share >= 0.05][:3] or o.importance[:1]

@@ -131,8 +131,9 @@ def test_importance_ranks_the_factors_that_move_each_objective(planted):
 
 def test_importances_wait_for_trials_that_separate_the_factors(tmp_path):
     """fANOVA splits an objective's variance among the factors' main effects: only more trials
-    than a main-effects model's terms (an intercept, a term per level beyond the first, one per
-    number of many values) separate them. Fewer trials get no importances; as many get them."""
+    than a main-effects model's terms (an intercept, a term per active level beyond the first,
+    one per number of many values; an inactive level is its parent's) separate them. Fewer
+    trials get no importances; as many get them."""
     make_study(tmp_path / "s.db", n=30)
     data = load(f"sqlite:///{tmp_path / 's.db'}")
     d = design(data)
@@ -144,9 +145,9 @@ def test_importances_wait_for_trials_that_separate_the_factors(tmp_path):
         seeds = [s if i in keep else s[:0] for i, s in enumerate(full.seeds)]
         obs = dataclasses.replace(full, seeds=seeds)
         terms = 0
-        for f in d.factors:  # counted apart from `support`: the levels among the k trials
-            levels = len({"-" if f.values[i] is None else str(f.values[i]) for i in keep})
-            terms += min(levels - 1, 1) if f.slope else levels - 1
+        for f in d.factors:  # counted apart from `support`: the active levels among the k
+            levels = len({str(f.values[i]) for i in keep if f.values[i] is not None})
+            terms += 0 if levels < 2 else 1 if f.slope else levels - 1
         got = support(d, obs)
         assert (got.trials, got.terms, got.needed) == (k, terms, terms + 2)
         computed = bool(importances(d, obs, resamples=1))
@@ -244,7 +245,7 @@ def test_a_study_too_small_for_any_effect_says_so_in_one_statement(tmp_path, n):
     assert not o.importance and not o.support.separable
     (why,) = [line for line in lines if line.startswith("what matters most for val_loss")]
     assert why.startswith(f"what matters most for val_loss: not estimated yet: {o.support.trials}")
-    assert why.endswith(f"it takes {o.support.needed} trials")
+    assert why.endswith(f"it takes at least {o.support.needed} trials")
     assert not [line for line in lines if "the effects model has" in line]
 
 

@@ -259,14 +259,25 @@ def test_derived_values_equal_omegaconfs_over_the_whole_tree(name):
 def _resolved_or_rejected(tree: dict, derived: dict[str, str], strict: bool) -> str:
     try:
         return repr(resolve_derived(copy.deepcopy(tree), derived, strict=strict))
-    except DerivedError as err:
-        return f"{err.reason}: {err}"
+    except (DerivedError, UserError) as err:
+        return f"{type(err).__name__} {getattr(err, 'reason', '')}: {err}"
+
+
+DERIVED = {
+    "attention.n_heads": "${div:${d_model},${vars.head}}",
+    "ffn.d_ffn": "${mul:${d_model},3}",
+    "vars.extra": "${add:${d_model},${vars.add}}",  # a string added: a broken expression
+}
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from([64, 96, 64.0, 7, True]), st.sampled_from([16, 32, 0])),
+        st.tuples(
+            st.sampled_from([64, 96, 64.0, 7, True]),
+            st.sampled_from([16, 32, 0]),
+            st.sampled_from([1, "x"]),
+        ),
         min_size=1,
         max_size=10,
     ),
@@ -274,20 +285,26 @@ def _resolved_or_rejected(tree: dict, derived: dict[str, str], strict: bool) -> 
 )
 def test_a_resolution_kept_by_what_it_read_equals_a_fresh_one(draws, strict):
     """Derived values are kept by the values their expressions read: a candidate that read
-    what another read gets the same values (as its own copies), a rejection is raised again
-    (or, not strict, skipped again), and 64, 64.0 and True are different values."""
-    derived = {
-        "attention.n_heads": "${div:${d_model},${vars.head}}",
-        "ffn.d_ffn": "${mul:${d_model},3}",
-    }
-    for d_model, head in draws:
-        tree = {"d_model": d_model, "vars": {"head": head}, "attention": {}, "unread": [head]}
-        kept = _resolved_or_rejected(tree, derived, strict)
+    what another read gets the same values, or the same first failure in the expressions'
+    order (a rejection, skipped when not strict, or a broken expression); 64, 64.0 and True
+    are different values."""
+    for d_model, head, add in draws:
+        tree = {"d_model": d_model, "vars": {"head": head, "add": add}, "unread": [head]}
+        kept = _resolved_or_rejected(tree, DERIVED, strict)
         assign_module._resolved.clear()  # private: no caller but a test forgets what it kept
-        assert kept == _resolved_or_rejected(tree, derived, strict)
-    first = resolve_derived({"d_model": 64, "vars": {"head": 16}, "ffn": {}}, derived)
-    first["ffn"]["d_ffn"] = 0  # a caller changing its values changes no one else's
-    assert resolve_derived({"d_model": 64, "vars": {"head": 16}}, derived)["ffn"]["d_ffn"] == 192
+        assert kept == _resolved_or_rejected(tree, DERIVED, strict)
+
+
+def test_the_first_failing_derived_value_decides_and_kept_values_are_copies():
+    tree = {"d_model": 7, "vars": {"head": 2, "add": "x"}}
+    with pytest.raises(DerivedError, match=r"derived\.attention\.n_heads: 7 is not divisible"):
+        resolve_derived(copy.deepcopy(tree), DERIVED)
+    with pytest.raises(UserError, match=r"derived\.vars\.extra: cannot resolve"):
+        resolve_derived(copy.deepcopy(tree), DERIVED, strict=False)
+    copied = {"vars.copy": "${vars.xs}"}  # a list value: each caller gets its own
+    first = resolve_derived({"vars": {"xs": [1, 2]}}, copied)
+    first["vars"]["copy"].append(3)
+    assert list(resolve_derived({"vars": {"xs": [1, 2]}}, copied)["vars"]["copy"]) == [1, 2]
 
 
 @pytest.mark.parametrize(

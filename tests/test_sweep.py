@@ -247,8 +247,8 @@ def test_bad_input_exits_2_and_leaves_no_study(tmp_path, args, fragment):
 
 def test_a_space_without_feasible_candidates_exits_2_and_the_driver_never_imports_torch(tmp_path):
     """Refused before Ray starts, after every check of the driver's (the space, the placement,
-    the runtime, the sampler, feasibility): none of them imports torch, which only trials need
-    (about a second of CPU per sweep)."""
+    the runtime, the sampler, feasibility): none of them imports torch, which only trials
+    need."""
     space = tmp_path / "space.yaml"
     space.write_text(
         "base: tiny_gqa\nparams:\n  n_layers: choice(2, 4)\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -171,12 +172,14 @@ def _register_resolvers() -> None:
 
 RESOLVED_KEPT = 4096  # resolutions kept by what they read (a space's candidates share few)
 _resolved: dict[str, dict[str, Any]] = {}
+_resolved_lock = threading.Lock()
 
 
 def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True) -> dict:
     """Fill the derived values of `tree` (an architecture dict plus `vars`) by OmegaConf
-    interpolation. Raises `DerivedError` for a candidate-specific failure and `UserError`
-    (naming `derived.KEY`) for a broken expression."""
+    interpolation. Raises, for the first derived key in order that fails, `DerivedError` for a
+    candidate-specific failure (not `strict`: that key is left out) and `UserError` (naming
+    `derived.KEY`) for a broken expression."""
     if not derived:
         return tree
     for key, expr in derived.items():
@@ -194,23 +197,29 @@ def resolve_derived(tree: dict, derived: dict[str, str], *, strict: bool = True)
         outcome = _resolve(tree, derived)
     else:
         memo = repr((part, derived))
-        if memo not in _resolved:
-            if len(_resolved) >= RESOLVED_KEPT:
-                del _resolved[next(iter(_resolved))]
-            _resolved[memo] = _resolve(part, derived)
-        outcome = _resolved[memo]
+        with _resolved_lock:
+            outcome = _resolved.get(memo)
+        if outcome is None:
+            outcome = _resolve(part, derived)
+            with _resolved_lock:
+                if len(_resolved) >= RESOLVED_KEPT:
+                    del _resolved[next(iter(_resolved))]
+                _resolved[memo] = outcome
+    for value in outcome.values():  # new errors each time: a kept one would collect tracebacks
+        if isinstance(value, UserError):
+            raise UserError(value.detail, key=value.key)
+        if isinstance(value, DerivedError) and strict:
+            raise DerivedError(value.reason, str(value))
     for key, value in outcome.items():
-        if isinstance(value, DerivedError):
-            if strict:  # a new error each time: a kept one would collect every traceback
-                raise DerivedError(value.reason, str(value))
-            continue
-        set_path(tree, key, copy.deepcopy(value))
+        if not isinstance(value, DerivedError):
+            set_path(tree, key, copy.deepcopy(value))
     return tree
 
 
 def _resolve(tree: dict, derived: dict[str, str]) -> dict[str, Any]:
-    """Each derived key's value in `tree` (whose derived keys hold their expressions), or the
-    `DerivedError` that rejects the candidate; `UserError` for a broken expression."""
+    """Each derived key's value in `tree` (whose derived keys hold their expressions), or what
+    stops it: the `DerivedError` that rejects the candidate, or the `UserError` of a broken
+    expression."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -222,12 +231,13 @@ def _resolve(tree: dict, derived: dict[str, str]) -> dict[str, Any]:
             out[key] = OmegaConf.select(conf, key, throw_on_missing=True)
         except OmegaConfBaseException as err:
             cause = _root_cause(err)
-            if not isinstance(cause, DerivedError):
+            if isinstance(cause, DerivedError):
+                out[key] = DerivedError(cause.reason, f"derived.{key}: {cause}")
+            else:
                 msg = " ".join(str(err).split("\n")[0].split())
-                raise UserError(
+                out[key] = UserError(
                     f"cannot resolve {derived[key]!r}: {msg}", key=f"derived.{key}"
-                ) from None
-            out[key] = DerivedError(cause.reason, f"derived.{key}: {cause}")
+                )
         except DerivedError as err:
             out[key] = DerivedError(err.reason, f"derived.{key}: {err}")
     return out
