@@ -29,6 +29,7 @@ from archsearch.metrics import MetricSpec
 from archsearch.study import Status, StudyWriter, TrialRecord
 from archsearch.sweep.ray_runtime import tuner
 from archsearch.sweep.recorder import ended_run, error_text, training_value
+from archsearch.sweep.searcher import trial_dir
 
 __all__ = [
     "DRIVER_CPUS",
@@ -311,7 +312,7 @@ def run_jobs(
     from ray.tune.search import Searcher
 
     from archsearch.arch import ArchConfig
-    from archsearch.trainers.config import TrainConfig, trial_key
+    from archsearch.trainers.config import TrainConfig
 
     if not jobs:
         return []
@@ -321,11 +322,10 @@ def run_jobs(
     def config(job: RetrainJob) -> dict[str, Any]:
         arch = ArchConfig.from_dict(by_number[job.source].attrs["arch"])
         cfg = TrainConfig.from_dict(job.train, prefix="train")
-        trial_dir = run_dir / "trials" / f"{arch.arch_hash}-{trial_key(arch, cfg)[:8]}"
         return {
             "arch": arch.to_dict(),
             "train": cfg.to_dict(),
-            "trial_dir": str(trial_dir),
+            "trial_dir": str(trial_dir(run_dir, arch, cfg)),
             "metrics": labels,
             "optuna_number": job.source,  # the sandbox trial's (what `testing.faulty` reads)
             "placement": resources.placement(),

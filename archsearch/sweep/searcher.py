@@ -15,6 +15,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from archsearch.space import suggest
 from archsearch.study import Status
@@ -22,7 +24,11 @@ from archsearch.sweep.drivers import claim, sync
 from archsearch.sweep.pricing import Priced, assess
 from archsearch.sweep.state import Launched, SweepState
 
-__all__ = ["create_searcher", "next_candidate", "settle_duplicates"]
+if TYPE_CHECKING:
+    from archsearch.arch import ArchConfig
+    from archsearch.trainers.config import TrainConfig
+
+__all__ = ["create_searcher", "next_candidate", "settle_duplicates", "trial_dir"]
 
 SKIP_LIMIT = 500  # consecutive untrainable suggestions before the space counts as exhausted
 
@@ -98,17 +104,25 @@ def next_candidate(state: SweepState, tune_id: str):
     return Searcher.FINISHED
 
 
+def trial_dir(run_dir: Path, arch: ArchConfig, cfg: TrainConfig) -> Path:
+    """A trial's run directory in a sweep's: one per architecture and training settings
+    (`trial_key`), so a rerun or a confirmation of the same finds its checkpoint."""
+    from archsearch.trainers.config import trial_key
+
+    return run_dir / "trials" / f"{arch.arch_hash}-{trial_key(arch, cfg)[:8]}"
+
+
 def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict | None:
     """Claim the architecture and hand the trial to Tune; None when another driver's trial
     holds it (this one then waits as its duplicate)."""
-    from archsearch.trainers.config import TrainConfig, trial_key
+    from archsearch.trainers.config import TrainConfig
 
     arch = priced.arch
     cfg = TrainConfig.from_dict(state.train, prefix="train")
-    trial_dir = state.run_dir / "trials" / f"{arch.arch_hash}-{trial_key(arch, cfg)[:8]}"
+    folder = trial_dir(state.run_dir, arch, cfg)
     state.writer.set_attrs(
         trial,
-        {**priced.attrs(), "status": Status.RUNNING, "reason": "", "trial_dir": str(trial_dir)},
+        {**priced.attrs(), "status": Status.RUNNING, "reason": "", "trial_dir": str(folder)},
     )
     holder = claim(state, trial, arch.arch_hash)
     if holder is not None:
@@ -128,7 +142,7 @@ def _launch(state: SweepState, tune_id: str, trial, priced: Priced) -> dict | No
     return {
         "arch": arch.to_dict(),
         "train": cfg.to_dict(),
-        "trial_dir": str(trial_dir),
+        "trial_dir": str(folder),
         "metrics": state.training_labels,
         "optuna_number": trial.number,
         "placement": state.placement,
