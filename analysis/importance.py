@@ -86,8 +86,9 @@ def support(d: Design, obs: Observed) -> Support:
     rows = np.flatnonzero(obs.has_value)
     terms = 0
     for f in d.factors:
-        active = len({level_key(f.values[i]) for i in rows if f.values[i] is not None})
-        terms += max(min(active, 2 if f.slope else active) - 1, 0)
+        active = {level_key(f.values[i]) for i in rows if f.values[i] is not None}
+        beyond_first = max(len(active) - 1, 0)
+        terms += min(beyond_first, 1) if f.slope else beyond_first  # a slope: one term
     return Support(len(rows), terms)
 
 
