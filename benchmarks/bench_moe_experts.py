@@ -10,6 +10,11 @@ Two measurements, each the least over its rounds, the two paths alternating:
   for new shapes are in its time;
 - **train step**: a small MoE language model's forward, backward and AdamW step.
 
+The answer depends on the processor: oneDNN has AVX-512 kernels where MKL (behind `F.linear`)
+takes an AVX2 path on AMD CPUs, and on a processor without AVX-512 both run AVX2 and oneDNN's
+kernel builds for new row counts are left to pay. The result records the processor
+(`cost.devices.processor`: its vector extension and id) and torch's CPU capability.
+
     python benchmarks/bench_moe_experts.py --out benchmarks/results/moe_experts.json
 """
 
@@ -25,6 +30,7 @@ from pathlib import Path
 import torch
 
 from archsearch.arch import ArchConfig
+from archsearch.cost.devices import processor
 from archsearch.models import build_model
 from archsearch.models.gemm import Linear
 from archsearch.models.moe import MoE
@@ -128,6 +134,9 @@ def main() -> None:
     out = {
         "machine": f"{platform.processor() or platform.machine()} {os.cpu_count()} CPUs, "
         f"torch {torch.__version__}",
+        # which kernels MKL and oneDNN run: the answer differs between AVX-512 and AVX2
+        "processor": processor(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": {"forward": args.threads, "train": args.train_threads},
         "load_average_before": load_before,
         "rounds": args.rounds,

@@ -17,9 +17,12 @@ from archsearch.latency import load_device
 THERE = {"hostname": "vm", "cpu": "AMD EPYC", "cpus": "2", "torch": "2.13.0+cpu"}
 
 
-def _on(monkeypatch: pytest.MonkeyPatch, cpu: str, cpus: int) -> None:
+def _on(monkeypatch: pytest.MonkeyPatch, cpu: str, cpus: int, isa: str = "avx512") -> None:
+    """This machine made one of `cpus` processors named `cpu` with vector extension `isa`."""
+    flags = {"avx512": "avx2 avx512f", "avx2": "avx2"}[isa]
     monkeypatch.setattr(devices, "cpu_name", lambda: cpu)
     monkeypatch.setattr(devices.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: {"model name": cpu, "flags": flags})
 
 
 def _local(measured_on: dict[str, str], name: str = "local") -> devices.DeviceProfile:
@@ -56,16 +59,63 @@ def test_other_profiles_and_unstated_machines_carry_no_note(monkeypatch):
 
 def test_cost_and_prune_show_the_note_for_local_measured_elsewhere(monkeypatch, capsys):
     shipped = load_device("local").measured_on
-    assert shipped.get("cpu") and shipped.get("cpus")  # the shipped local says where
+    assert shipped.get("cpu") and shipped.get("cpus") and shipped.get("isa")  # it says where
     _on(monkeypatch, shipped["cpu"] + " (another)", int(shipped["cpus"]))
     assert main(["cost", "arch=tiny_gqa", "device=local", "format=json"]) == 0
     rep = json.loads(capsys.readouterr().out)["reports"][0]
     assert rep["latency_provenance"].startswith(f"warning: local was measured on {shipped['cpu']}")
-    _on(monkeypatch, shipped["cpu"], int(shipped["cpus"]))
+    _on(monkeypatch, shipped["cpu"], int(shipped["cpus"]), shipped["isa"])
     assert main(["cost", "arch=tiny_gqa", "device=local", "format=json"]) == 0
     rep = json.loads(capsys.readouterr().out)["reports"][0]
     assert "warning" not in rep["latency_provenance"]
+    _on(monkeypatch, shipped["cpu"], int(shipped["cpus"]), "avx2")  # the same name, AVX2
+    assert main(["cost", "arch=tiny_gqa", "device=local", "format=json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["reports"][0]
+    assert f"{shipped['cpus']} CPUs, avx512), not on this machine" in rep["latency_provenance"]
     _on(monkeypatch, "Another CPU", 64)
     assert main(["prune", "search_space=tiny", "device=local", "limit=20", "format=json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert "not on this machine (Another CPU, 64 CPUs)" in out["latency_provenance"]
+    assert "not on this machine (Another CPU, 64 CPUs, avx512)" in out["latency_provenance"]
+
+
+ZEN4 = {"model name": "AMD EPYC", "cpu family": "25", "model": "17", "flags": "fpu avx2 avx512f"}
+ZEN3 = {"model name": "AMD EPYC", "cpu family": "25", "model": "1", "flags": "fpu avx avx2 fma"}
+NEOVERSE = {"CPU implementer": "0x41", "CPU part": "0xd0c", "Features": "fp asimd sve"}
+
+
+@pytest.mark.parametrize(
+    ("info", "isa", "cpu_id"),
+    [
+        (ZEN4, "avx512", "family 25 model 17"),
+        (ZEN3, "avx2", "family 25 model 1"),
+        ({"flags": "fpu sse4_2"}, "sse4.2", None),
+        (NEOVERSE, "sve", "implementer 0x41 part 0xd0c"),
+        ({"Features": "fp asimd"}, "neon", None),
+        ({}, None, None),
+    ],
+)
+def test_processor_records_the_vector_extension_and_the_id_cpuinfo_gives(
+    monkeypatch, info, isa, cpu_id
+):
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: info)
+    got = devices.processor()
+    assert got.get("isa") == isa and got.get("cpu_id") == cpu_id
+    assert set(got) <= set(devices.IDENTITY) and got["cpus"] == str(devices.os.cpu_count() or 1)
+
+
+def test_local_of_one_name_but_another_generation_says_so(monkeypatch):
+    """Two virtual machines both name their processor "AMD EPYC"; one has AVX-512 and the
+    other does not, and their GEMMs run at different speeds: the extension and the id decide."""
+    monkeypatch.setattr(devices.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: ZEN4)
+    there = {**THERE, **{k: devices.processor()[k] for k in ("isa", "cpu_id")}}
+    assert measured_elsewhere(_local(there)) is None
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: ZEN3)
+    note = measured_elsewhere(_local(there))
+    assert note is not None
+    assert "AMD EPYC (2 CPUs, avx512, family 25 model 17)" in note
+    assert "not on this machine (AMD EPYC, 2 CPUs, avx2, family 25 model 1)" in note
+    assert measured_elsewhere(_local(THERE)) is None  # a profile that does not state them
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: {"model name": "AMD EPYC"})
+    note = measured_elsewhere(_local(there))  # this machine does not tell: not the same
+    assert note is not None and "(AMD EPYC, 2 CPUs, ?, ?)" in note

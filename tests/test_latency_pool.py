@@ -40,9 +40,15 @@ def _write(tmp_path, data) -> str:
     return str(path)
 
 
-def test_an_earlier_calibration_reads_back_as_its_raw_timings_and_cpu(output, tmp_path):
-    raw, cpu = read_earlier(_write(tmp_path, output), QUICK)
-    assert raw == output["raw"] and cpu == cpu_name()
+def test_an_earlier_calibration_reads_back_as_its_raw_timings_and_processor(output, tmp_path):
+    raw, machine = read_earlier(_write(tmp_path, output), QUICK)
+    assert raw == output["raw"] and machine == {"cpu": cpu_name()}
+    node = {"cpu": cpu_name(), "isa": "avx2", "cpu_id": "family 25 model 1", "hostname": "vm"}
+    _, machine = read_earlier(_write(tmp_path, {**output, "node": node}), QUICK)
+    assert machine == {k: node[k] for k in ("cpu", "isa", "cpu_id")}
+    with pytest.raises(UserError) as err:
+        read_earlier(_write(tmp_path, {**output, "node": {**node, "isa": 512}}), QUICK)
+    assert err.value.key == "node.isa"
 
 
 def _edits(output: dict):
@@ -231,15 +237,21 @@ def test_the_pooled_benchmark_reads_how_many_shapes_two_calibrations_share(outpu
     assert bench.overlap([raw, other]) == 0.0
 
 
+@pytest.mark.parametrize(
+    ("node", "key"),
+    [({"cpu": "another CPU"}, "cpu"), ({"isa": "a vector extension this one lacks"}, "isa")],
+)
 def test_an_earlier_calibration_of_another_cpu_is_refused_before_anything_is_timed(
-    output, tmp_path, capsys, monkeypatch
+    output, tmp_path, capsys, monkeypatch, node, key
 ):
-    earlier = _write(tmp_path, {**output, "node": {"cpu": "another CPU"}})
+    """Another processor's name, or the same name with another vector extension (two
+    generations of one virtual machine's "AMD EPYC"), is another machine."""
+    earlier = _write(tmp_path, {**output, "node": {**output["node"], **node}})
     timed = []
     monkeypatch.setattr("archsearch.latency.calibrate.calibrate", lambda *a, **k: timed.append(a))
     out = tmp_path / "mine.yaml"
     args = ["calibrate", "budget=quick", "repeats=1", f"output={out}", f"pool={earlier}"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{earlier}: node.cpu: timed on 'another CPU'" in err[0]
+    assert len(err) == 1 and f"{earlier}: node.{key}: timed on {node[key]!r}" in err[0]
     assert timed == [] and not out.exists()

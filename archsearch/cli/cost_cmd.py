@@ -356,15 +356,15 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     require(str(cfg.runtime), key="runtime")
     name, path = _profile_destination(cfg)  # before minutes of measuring
     how = plan(str(cfg.budget), threads=cfg.threads, repeats=cfg.repeats, runtime=str(cfg.runtime))
-    earlier, cpu = read_earlier(str(cfg.pool), how) if cfg.pool else (None, None)
+    earlier, machine = read_earlier(str(cfg.pool), how) if cfg.pool else (None, {})
     if earlier:  # other shapes than the calibrations pooled before
         how = dataclasses.replace(how, seed=earlier.get("pooled", 1))
         if not cfg.device_resource:
-            _same_cpu(cpu, processor()["cpu"], cfg.pool)
+            _same_machine(machine, processor(), cfg.pool)
     if cfg.device_resource:
         result = _calibrate_on_node(cfg, how, earlier)
         if earlier:  # the node's CPU is known once it has run
-            _same_cpu(cpu, result["node"]["cpu"], cfg.pool)
+            _same_machine(machine, result["node"], cfg.pool)
     else:
         from archsearch.sweep.device_calibration import node_record
 
@@ -420,10 +420,13 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     return 0
 
 
-def _same_cpu(earlier: str, here: str, path: str) -> None:
-    if earlier != here:
-        what = f"timed on {earlier!r}, not on this calibration's {here!r}: pool one machine's"
-        raise UserError(what, source=path, key="node.cpu")
+def _same_machine(earlier: dict[str, str], here: dict[str, str], path: str) -> None:
+    """Refuse to pool timings of another processor: each of its name, vector extension and id
+    that the earlier calibration states must be this one's."""
+    for key, theirs in earlier.items():
+        if theirs != here.get(key):
+            what = f"timed on {theirs!r}, not on this calibration's {here.get(key)!r}"
+            raise UserError(f"{what}: pool one machine's", source=path, key=f"node.{key}")
 
 
 def _profile_destination(cfg: Any) -> tuple[str, Path]:

@@ -579,36 +579,67 @@ def _checks(device: DeviceProfile, metric: str, precision: str) -> dict[str, Val
 
 def cpu_name() -> str:
     """This machine's processor as /proc/cpuinfo names it (else what `platform` says)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+# the widest vector extension a processor's flags list, widest first: it decides which kernels a
+# BLAS runs, so two processors of one name and different extensions time GEMMs differently
+_ISA = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
+_ISA += (("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
+IDENTITY = ("cpu", "cpus", "isa", "cpu_id")  # what `measured_on` compares, where it states it
 
 
 def processor() -> dict[str, str]:
-    """This machine's processor as `measured_on` records it: `cpu` (its name) and `cpus`."""
-    return {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+    """This machine's processor as `measured_on` records it: `cpu` (its name), `cpus`, and
+    where /proc/cpuinfo tells them, `isa` (the widest vector extension its flags list) and
+    `cpu_id` (x86: its family and model; Arm: its implementer and part). A virtual machine's
+    processor is often named by its vendor's line alone ("AMD EPYC"), which two generations
+    share: the id and the extension tell them apart."""
+    info = _cpuinfo()
+    out = {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    isa = next((name for flag, name in _ISA if flag in flags), None)
+    if isa:
+        out["isa"] = isa
+    for keys in (("cpu family", "model"), ("CPU implementer", "CPU part")):
+        if all(info.get(k) for k in keys):
+            out["cpu_id"] = " ".join(f"{k.split()[-1]} {info[k]}" for k in keys)
+    return out
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def measured_elsewhere(device: DeviceProfile) -> str | None:
     """For `local`, which stands for this machine: a one-line note when it was measured on
-    another processor or CPU count (`measured_on`), since its latencies and their +- are then
-    that machine's; None where they match or `measured_on` does not say, and for every other
-    profile (a named device's profile is meant to be read on any machine)."""
+    another processor (its name, CPU count, vector extension or id, those `measured_on` states),
+    since its latencies and their +- are then that machine's; None where they match or
+    `measured_on` does not say, and for every other profile (a named device's profile is meant
+    to be read on any machine)."""
     if device.name != LOCAL:
         return None
-    there = {k: device.measured_on[k] for k in ("cpu", "cpus") if device.measured_on.get(k)}
+    there = {k: device.measured_on[k] for k in IDENTITY if device.measured_on.get(k)}
     here = processor()
-    if all(there[k] == here[k] for k in there):
+    if all(there[k] == here.get(k) for k in there):
         return None
+    extra = [k for k in ("isa", "cpu_id") if k in there]
+    theirs = ", ".join([f"{there.get('cpus', '?')} CPUs", *(there[k] for k in extra)])
+    mine = ", ".join([f"{here['cpus']} CPUs", *(here.get(k, "?") for k in extra)])
     return (
-        f"{LOCAL} was measured on {there.get('cpu', 'another CPU')} "
-        f"({there.get('cpus', '?')} CPUs), not on this machine ({here['cpu']}, {here['cpus']} "
-        f"CPUs): its latencies and their +- are that machine's; run `archsearch calibrate` to "
-        "measure this one"
+        f"{LOCAL} was measured on {there.get('cpu', 'another CPU')} ({theirs}), not on this "
+        f"machine ({here['cpu']}, {mine}): its latencies and their +- are that machine's; run "
+        "`archsearch calibrate` to measure this one"
     )
 
 

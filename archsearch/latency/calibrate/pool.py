@@ -32,10 +32,13 @@ __all__ = ["join", "read_earlier"]
 
 MAX_BYTES = 64 * 2**20
 MODEL_KEYS = {"arch", "prompt", "context", "batch", "measured_s"}
+POOLED_ON = ("cpu", "isa", "cpu_id")  # what must match between pooled calibrations' machines
 
 
-def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
-    """(raw timings, CPU) of the calibration output at `path`, checked against plan `p`."""
+def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], dict[str, str]]:
+    """(raw timings, processor) of the calibration output at `path`, checked against plan `p`:
+    the processor as its `node` states it (`cpu`, and where stated `isa` and `cpu_id`:
+    `cost.devices.processor`)."""
 
     def fail(what: str, key: str) -> UserError:
         return UserError(what, source=path, key=key)
@@ -55,6 +58,10 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
     cpu = node.get("cpu") if isinstance(node, dict) else None
     if not isinstance(cpu, str) or not isinstance(raw, dict):
         raise fail("expected the output of `archsearch calibrate format=json`", "raw")
+    machine = {k: node[k] for k in POOLED_ON if k in node}
+    for k, v in machine.items():
+        if not isinstance(v, str):
+            raise fail(f"expected text, got {repr(v)[:40]}", f"node.{k}")
     same = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(p))).items() if k != "seed"}
     theirs = raw.get("plan")
     if not isinstance(theirs, dict) or {k: v for k, v in theirs.items() if k != "seed"} != same:
@@ -74,7 +81,7 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], str]:
         _shapes(entries, GRIDS[kernel], fail, f"raw.kernels.{kernel}")
     for part, models in (("glue", glue_models()), ("held_out", held_out_models())):
         _models(raw.get(part), {_setting(m.setting()) for m in models}, fail, f"raw.{part}")
-    return raw, cpu
+    return raw, machine
 
 
 def join(raw: dict[str, Any], earlier: dict[str, Any], both: Callable = min) -> dict[str, Any]:
