@@ -19,10 +19,10 @@ THERE = {"hostname": "vm", "cpu": "AMD EPYC", "cpus": "2", "torch": "2.13.0+cpu"
 
 def _on(monkeypatch: pytest.MonkeyPatch, cpu: str, cpus: int, isa: str = "avx512") -> None:
     """This machine made one of `cpus` processors named `cpu` with vector extension `isa`."""
-    flags = {"avx512": "avx2 avx512f", "avx2": "avx2"}[isa]
+    flags = {"avx512": "avx2 avx512f avx512bw", "avx2": "avx2"}[isa]
     monkeypatch.setattr(devices, "cpu_name", lambda: cpu)
     monkeypatch.setattr(devices.os, "cpu_count", lambda: cpus)
-    monkeypatch.setattr(devices, "_cpuinfo", lambda: {"model name": cpu, "flags": flags})
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: f"model name\t: {cpu}\nflags\t\t: {flags}\n")
 
 
 def _local(measured_on: dict[str, str], name: str = "local") -> devices.DeviceProfile:
@@ -78,9 +78,29 @@ def test_cost_and_prune_show_the_note_for_local_measured_elsewhere(monkeypatch, 
     assert "not on this machine (Another CPU, 64 CPUs, avx512)" in out["latency_provenance"]
 
 
-ZEN4 = {"model name": "AMD EPYC", "cpu family": "25", "model": "17", "flags": "fpu avx2 avx512f"}
-ZEN3 = {"model name": "AMD EPYC", "cpu family": "25", "model": "1", "flags": "fpu avx avx2 fma"}
-NEOVERSE = {"CPU implementer": "0x41", "CPU part": "0xd0c", "Features": "fp asimd sve"}
+def _x86(model: str, flags: str, family: int = 25) -> str:
+    """/proc/cpuinfo of a two-CPU x86 machine (a block per processor, a blank line between)."""
+    block = (
+        f"processor\t: {{i}}\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\n"
+        f"model\t\t: {model}\nmodel name\t: AMD EPYC\nflags\t\t: fpu {flags}\n"
+    )
+    return "\n".join(block.format(i=i) for i in range(2))
+
+
+ZEN4 = _x86("17", "avx avx2 avx512f avx512dq avx512bw avx512vl")
+ZEN3 = _x86("1", "avx avx2 fma")
+ZEN5 = _x86("2", "avx avx2 avx512f avx512dq avx512bw avx512vl", family=26)
+PHI = _x86("87", "avx avx2 avx512f avx512pf", family=6)  # AVX-512 foundation alone: AVX2 kernels
+NEOVERSE = "\n".join(  # arm64: a block per processor, then the board's
+    f"processor\t: {i}\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\n"
+    for i in range(2)
+)
+PI32 = (  # 32-bit Raspberry Pi OS: neon, not asimd
+    "processor\t: 0\nmodel name\t: ARMv7 Processor rev 3 (v7l)\n"
+    "Features\t: half thumb fastmult vfp edsp neon vfpv3 tls vfpv4 idiva idivt\n"
+    "CPU implementer\t: 0x41\nCPU part\t: 0xd08\n\nHardware\t: BCM2835\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -88,10 +108,11 @@ NEOVERSE = {"CPU implementer": "0x41", "CPU part": "0xd0c", "Features": "fp asim
     [
         (ZEN4, "avx512", "family 25 model 17"),
         (ZEN3, "avx2", "family 25 model 1"),
-        ({"flags": "fpu sse4_2"}, "sse4.2", None),
-        (NEOVERSE, "sve", "implementer 0x41 part 0xd0c"),
-        ({"Features": "fp asimd"}, "neon", None),
-        ({}, None, None),
+        (PHI, "avx2", "family 6 model 87"),
+        ("flags : fpu sse4_2\n", "sse4.2", None),
+        (NEOVERSE + "\nHardware\t: a board\n", "sve", "implementer 0x41 part 0xd0c"),
+        (PI32, "neon", "implementer 0x41 part 0xd08"),
+        ("", None, None),
     ],
 )
 def test_processor_records_the_vector_extension_and_the_id_cpuinfo_gives(
@@ -116,6 +137,9 @@ def test_local_of_one_name_but_another_generation_says_so(monkeypatch):
     assert "AMD EPYC (2 CPUs, avx512, family 25 model 17)" in note
     assert "not on this machine (AMD EPYC, 2 CPUs, avx2, family 25 model 1)" in note
     assert measured_elsewhere(_local(THERE)) is None  # a profile that does not state them
-    monkeypatch.setattr(devices, "_cpuinfo", lambda: {"model name": "AMD EPYC"})
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: ZEN5)  # AVX-512 too, another generation
+    note = measured_elsewhere(_local(there))
+    assert note is not None and "(AMD EPYC, 2 CPUs, avx512, family 26 model 2)" in note
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: "model name : AMD EPYC\n")
     note = measured_elsewhere(_local(there))  # this machine does not tell: not the same
     assert note is not None and "(AMD EPYC, 2 CPUs, ?, ?)" in note

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from test_latency_calibrate import FakeMachine
 
 from archsearch.cli import main
+from archsearch.cost import devices
 from archsearch.cost.devices import cpu_name
 from archsearch.errors import UserError
 from archsearch.latency import load_device
@@ -237,21 +238,34 @@ def test_the_pooled_benchmark_reads_how_many_shapes_two_calibrations_share(outpu
     assert bench.overlap([raw, other]) == 0.0
 
 
+HERE = "model name : AMD EPYC\ncpu family : 25\nmodel : 1\nflags : fpu avx avx2\n"
+HERE_NODE = {"cpu": "AMD EPYC", "isa": "avx2", "cpu_id": "family 25 model 1"}
+
+
 @pytest.mark.parametrize(
-    ("node", "key"),
-    [({"cpu": "another CPU"}, "cpu"), ({"isa": "a vector extension this one lacks"}, "isa")],
+    ("here", "node", "key", "says"),
+    [
+        (HERE, {"cpu": "another CPU"}, "cpu", "timed on 'another CPU', not on this"),
+        (HERE, {"isa": "avx512"}, "isa", "timed on 'avx512', not on this calibration's 'avx2'"),
+        (HERE, {"cpu_id": "family 26 model 2"}, "cpu_id", "timed on 'family 26 model 2'"),
+        (HERE, {"isa": None}, "isa", "does not state the processor's isa ('avx2' here)"),
+        ("model name : AMD EPYC\n", {}, "isa", "not on this calibration's 'unstated'"),
+    ],
 )
 def test_an_earlier_calibration_of_another_cpu_is_refused_before_anything_is_timed(
-    output, tmp_path, capsys, monkeypatch, node, key
+    output, tmp_path, capsys, monkeypatch, here, node, key, says
 ):
-    """Another processor's name, or the same name with another vector extension (two
-    generations of one virtual machine's "AMD EPYC"), is another machine."""
-    earlier = _write(tmp_path, {**output, "node": {**output["node"], **node}})
+    """Another processor's name, or the same name with another vector extension or id (two
+    generations of one virtual machine's "AMD EPYC"), is another machine; so is one that does
+    not say which, where this machine does, and one that does where this machine cannot."""
+    monkeypatch.setattr(devices, "_cpuinfo", lambda: here)
+    stated = {k: v for k, v in {**HERE_NODE, **node}.items() if v is not None}
+    earlier = _write(tmp_path, {**output, "node": stated})
     timed = []
     monkeypatch.setattr("archsearch.latency.calibrate.calibrate", lambda *a, **k: timed.append(a))
     out = tmp_path / "mine.yaml"
     args = ["calibrate", "budget=quick", "repeats=1", f"output={out}", f"pool={earlier}"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{earlier}: node.{key}: timed on {node[key]!r}" in err[0]
+    assert len(err) == 1 and f"{earlier}: node.{key}: " in err[0] and says in err[0]
     assert timed == [] and not out.exists()

@@ -421,12 +421,20 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
 
 
 def _same_machine(earlier: dict[str, str], here: dict[str, str], path: str) -> None:
-    """Refuse to pool timings of another processor: each of its name, vector extension and id
-    that the earlier calibration states must be this one's."""
-    for key, theirs in earlier.items():
-        if theirs != here.get(key):
-            what = f"timed on {theirs!r}, not on this calibration's {here.get(key)!r}"
-            raise UserError(f"{what}: pool one machine's", source=path, key=f"node.{key}")
+    """Refuse to pool timings of another processor: its name, vector extension and id
+    (`pool.POOLED_ON`) must be this one's, and one this machine states must be stated (a
+    calibration that does not state it cannot be told from another processor of the name)."""
+    from archsearch.latency.calibrate.pool import POOLED_ON
+
+    for key in POOLED_ON:
+        theirs, mine = earlier.get(key), here.get(key)
+        if theirs == mine:
+            continue
+        if theirs is None:
+            what = f"does not state the processor's {key} ({mine!r} here); calibrate afresh"
+        else:
+            what = f"timed on {theirs!r}, not on this calibration's {mine or 'unstated'!r}"
+        raise UserError(f"{what}: pool one machine's", source=path, key=f"node.{key}")
 
 
 def _profile_destination(cfg: Any) -> tuple[str, Path]:

@@ -579,23 +579,24 @@ def _checks(device: DeviceProfile, metric: str, precision: str) -> dict[str, Val
 
 def cpu_name() -> str:
     """This machine's processor as /proc/cpuinfo names it (else what `platform` says)."""
-    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+    return _fields(_cpuinfo()).get("model name") or platform.processor() or platform.machine()
 
 
 # the widest vector extension a processor's flags list, widest first: it decides which kernels a
 # BLAS runs, so two processors of one name and different extensions time GEMMs differently
-_ISA = (("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
-_ISA += (("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"))
+# (AVX-512 counts where its byte/word instructions come too, as torch's and oneDNN's kernels ask)
+_ISA = (("avx512bw", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sse4_2", "sse4.2"))
+_ISA += (("sve2", "sve2"), ("sve", "sve"), ("asimd", "neon"), ("neon", "neon"))
 IDENTITY = ("cpu", "cpus", "isa", "cpu_id")  # what `measured_on` compares, where it states it
 
 
 def processor() -> dict[str, str]:
     """This machine's processor as `measured_on` records it: `cpu` (its name), `cpus`, and
-    where /proc/cpuinfo tells them, `isa` (the widest vector extension its flags list) and
-    `cpu_id` (x86: its family and model; Arm: its implementer and part). A virtual machine's
-    processor is often named by its vendor's line alone ("AMD EPYC"), which two generations
-    share: the id and the extension tell them apart."""
-    info = _cpuinfo()
+    where /proc/cpuinfo tells them (of its first processor), `isa` (the widest vector extension
+    its flags list) and `cpu_id` (x86: its family and model; Arm: its implementer and part). A
+    virtual machine's processor is often named by its vendor's line alone ("AMD EPYC"), which
+    two generations share: the id and the extension tell them apart."""
+    info = _fields(_cpuinfo())
     out = {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
     flags = set((info.get("flags") or info.get("Features") or "").split())
     isa = next((name for flag, name in _ISA if flag in flags), None)
@@ -607,14 +608,19 @@ def processor() -> dict[str, str]:
     return out
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo (empty where it cannot be read)."""
+def _cpuinfo() -> str:
+    """/proc/cpuinfo (empty where it cannot be read: not Linux)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        return {}
+        return ""
+
+
+def _fields(cpuinfo: str) -> dict[str, str]:
+    """The fields of the first processor's block of /proc/cpuinfo's text, each key as the
+    first line that gives it."""
     fields: dict[str, str] = {}
-    for line in text.split("\n\n")[0].splitlines():
+    for line in cpuinfo.strip().split("\n\n")[0].splitlines():
         key, sep, value = line.partition(":")
         if sep:
             fields.setdefault(key.strip(), value.strip())

@@ -2,8 +2,9 @@
 
 PyTorch runs fp32 `nn.Linear` on MKL. On AMD CPUs MKL takes an AVX2 code path, while oneDNN, which
 ships inside PyTorch (it serves bf16 and inductor), has AVX-512 kernels, so on an AMD CPU with
-AVX-512 its fp32 GEMM is the faster one for the training shapes here; on one without, both run
-AVX2 and come out about even (`benchmarks/bench_models_vs_hf.py` compares the two). `Linear`
+AVX-512 its fp32 GEMM is the faster one for the training shapes here
+(`benchmarks/bench_models_vs_hf.py` compares the two); on one without, both run AVX2 kernels.
+`Linear`
 keeps the `nn.Linear` parameter (`weight` [out, in]) and runs the forward GEMM and both backward
 GEMMs (grad input = grad @ W, grad weight = grad^T @ x) through `torch.ops.mkldnn._linear_pointwise`
 on ordinary dense tensors, in full fp32 (no reduced precision: results agree with MKL to fp32

@@ -44,7 +44,8 @@ def _version(package: str) -> str:
 
 def node_record(runtime: str = "torch") -> dict[str, str]:
     """The machine this process runs on, as a measured profile records it (`measured_on`):
-    hostname, CPU, platform, Python, torch, the deploy runtime and archsearch, and the Ray node
+    hostname, the processor (`cost.devices.processor`: its name, CPU count, vector extension
+    and id), platform, Python, torch, the deploy runtime and archsearch, and the Ray node
     inside a Ray task."""
     import torch
 
