@@ -6,8 +6,8 @@ held-out models no calibration step fitted, and the glue models the memory terms
 to). Each `--device` profile prices the same models at the same settings, so a profile measured
 on another machine (the shipped `local` read on a processor of the same name but another
 generation, say) is read against this one's timings beside the profile that calibration wrote.
-Per profile and part, for TTFT and decode: the share within +-10%, the MAPE and the median of
-predicted / measured.
+Per profile and part, for TTFT and decode: the accuracy benchmark's figures (the share within
++-5/10/20%, the MAPE, Kendall's tau) and the median of predicted / measured.
 
     archsearch calibrate threads=1 output=/tmp/here.yaml format=json > /tmp/here.json
     python benchmarks/bench_profile_on_calibration.py --calibration /tmp/here.json \\
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +28,23 @@ from archsearch.latency import load_device
 from archsearch.latency.calibrate.models import timed_models
 from archsearch.latency.profile import strict_json
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_latency_accuracy import figures
+
 PARTS = ("held_out", "glue")
 QUANTITIES = ("ttft", "decode")
 
 
 def scores(predicted: np.ndarray, measured: np.ndarray) -> dict[str, dict[str, float]]:
-    """Per quantity (columns: prefill, step) the share within +-10%, MAPE and median ratio."""
-    ratio = np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float)
-    out = {}
-    for i, quantity in enumerate(QUANTITIES):
-        err = np.abs(ratio[:, i] - 1.0)
-        out[quantity] = {
-            "within_10": float(np.mean(err <= 0.10)),
-            "mape": float(err.mean()),
-            "median_ratio": float(np.median(ratio[:, i])),
+    """Per quantity (columns: prefill, step) `figures` and the median of predicted / measured."""
+    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    return {
+        quantity: {
+            **figures(measured[:, i], predicted[:, i]),
+            "median_ratio": float(np.median(predicted[:, i] / measured[:, i])),
         }
-    return out
+        for i, quantity in enumerate(QUANTITIES)
+    }
 
 
 def price(raw: dict, device) -> dict[str, dict]:
@@ -57,7 +59,7 @@ def price(raw: dict, device) -> dict[str, dict]:
 
 
 def line(profile: str, part: str, quantity: str, s: dict[str, float]) -> str:
-    within, mape, ratio = 100 * s["within_10"], 100 * s["mape"], s["median_ratio"]
+    within, mape, ratio = 100 * s["within_10"], s["mape_percent"], s["median_ratio"]
     return (
         f"{profile:12s} {part:8s} {quantity:6s} {within:5.1f}% within +-10%, MAPE {mape:5.1f}%, "
         f"predicted / measured {ratio:.2f}"

@@ -20,7 +20,6 @@ THERE = {"hostname": "vm", "cpu": "AMD EPYC", "cpus": "2", "torch": "2.13.0+cpu"
 def _on(monkeypatch: pytest.MonkeyPatch, cpu: str, cpus: int, isa: str = "avx512") -> None:
     """This machine made one of `cpus` processors named `cpu` with vector extension `isa`."""
     flags = {"avx512": "avx2 avx512f avx512bw", "avx2": "avx2"}[isa]
-    monkeypatch.setattr(devices, "cpu_name", lambda: cpu)
     monkeypatch.setattr(devices.os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(devices, "_cpuinfo", lambda: f"model name\t: {cpu}\nflags\t\t: {flags}\n")
 

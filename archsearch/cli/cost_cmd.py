@@ -345,7 +345,7 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     from archsearch.cost.devices import describe_bands, processor
     from archsearch.latency.calibrate import calibrate, plan, pooled
-    from archsearch.latency.calibrate.pool import read_earlier
+    from archsearch.latency.calibrate.pool import read_earlier, same_machine
     from archsearch.latency.profile import parse_profile, write_profile
     from archsearch.runtimes import require
 
@@ -360,11 +360,11 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     if earlier:  # other shapes than the calibrations pooled before
         how = dataclasses.replace(how, seed=earlier.get("pooled", 1))
         if not cfg.device_resource:
-            _same_machine(machine, processor(), cfg.pool)
+            same_machine(machine, processor(), cfg.pool)
     if cfg.device_resource:
         result = _calibrate_on_node(cfg, how, earlier)
         if earlier:  # the node's CPU is known once it has run
-            _same_machine(machine, result["node"], cfg.pool)
+            same_machine(machine, result["node"], cfg.pool)
     else:
         from archsearch.sweep.device_calibration import node_record
 
@@ -418,23 +418,6 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     con.print(output.table(title, ["", ""], rows))
     con.print(f"written: {path} (use it: device={path if cfg.output else name})")
     return 0
-
-
-def _same_machine(earlier: dict[str, str], here: dict[str, str], path: str) -> None:
-    """Refuse to pool timings of another processor: its name, vector extension and id
-    (`pool.POOLED_ON`) must be this one's, and one this machine states must be stated (a
-    calibration that does not state it cannot be told from another processor of the name)."""
-    from archsearch.latency.calibrate.pool import POOLED_ON
-
-    for key in POOLED_ON:
-        theirs, mine = earlier.get(key), here.get(key)
-        if theirs == mine:
-            continue
-        if theirs is None:
-            what = f"does not state the processor's {key} ({mine!r} here); calibrate afresh"
-        else:
-            what = f"timed on {theirs!r}, not on this calibration's {mine or 'unstated'!r}"
-        raise UserError(f"{what}: pool one machine's", source=path, key=f"node.{key}")
 
 
 def _profile_destination(cfg: Any) -> tuple[str, Path]:

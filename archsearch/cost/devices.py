@@ -579,7 +579,7 @@ def _checks(device: DeviceProfile, metric: str, precision: str) -> dict[str, Val
 
 def cpu_name() -> str:
     """This machine's processor as /proc/cpuinfo names it (else what `platform` says)."""
-    return _fields(_cpuinfo()).get("model name") or platform.processor() or platform.machine()
+    return _name(_fields(_cpuinfo()))
 
 
 # the widest vector extension a processor's flags list, widest first: it decides which kernels a
@@ -597,7 +597,7 @@ def processor() -> dict[str, str]:
     virtual machine's processor is often named by its vendor's line alone ("AMD EPYC"), which
     two generations share: the id and the extension tell them apart."""
     info = _fields(_cpuinfo())
-    out = {"cpu": cpu_name(), "cpus": str(os.cpu_count() or 1)}
+    out = {"cpu": _name(info), "cpus": str(os.cpu_count() or 1)}
     flags = set((info.get("flags") or info.get("Features") or "").split())
     isa = next((name for flag, name in _ISA if flag in flags), None)
     if isa:
@@ -614,6 +614,10 @@ def _cpuinfo() -> str:
         return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
+
+
+def _name(info: dict[str, str]) -> str:
+    return info.get("model name") or platform.processor() or platform.machine()
 
 
 def _fields(cpuinfo: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from archsearch.latency.calibrate.plan import TimingPlan
 from archsearch.latency.calibrate.timing import GRIDS
 from archsearch.latency.profile import strict_json
 
-__all__ = ["join", "read_earlier"]
+__all__ = ["join", "read_earlier", "same_machine"]
 
 MAX_BYTES = 64 * 2**20
 MODEL_KEYS = {"arch", "prompt", "context", "batch", "measured_s"}
@@ -82,6 +82,22 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], dict[str, st
     for part, models in (("glue", glue_models()), ("held_out", held_out_models())):
         _models(raw.get(part), {_setting(m.setting()) for m in models}, fail, f"raw.{part}")
     return raw, machine
+
+
+def same_machine(earlier: dict[str, str], here: dict[str, str], path: str) -> None:
+    """Refuse to pool timings of another processor: its name, vector extension and id
+    (`POOLED_ON`; `earlier` as `read_earlier` returns it, `here` as `cost.devices.processor`
+    records this machine) must be this one's, and one this machine states must be stated (a
+    calibration that does not state it cannot be told from another processor of the name)."""
+    for key in POOLED_ON:
+        theirs, mine = earlier.get(key), here.get(key)
+        if theirs == mine:
+            continue
+        if theirs is None:
+            what = f"does not state the processor's {key} ({mine!r} here); calibrate afresh"
+        else:
+            what = f"timed on {theirs!r}, not on this calibration's {mine or 'unstated'!r}"
+        raise UserError(f"{what}: pool one machine's", source=path, key=f"node.{key}")
 
 
 def join(raw: dict[str, Any], earlier: dict[str, Any], both: Callable = min) -> dict[str, Any]:
