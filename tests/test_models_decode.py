@@ -7,13 +7,14 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from archsearch.arch import FFN_KINDS, LINEAR_FAMILIES, ArchConfig
 from archsearch.models import build_model
 from archsearch.models.mla import MLA
+from archsearch.models.moe import MoE
 
 V, D = 48, 32
 TOL = 1e-4
@@ -327,6 +328,32 @@ def test_random_architectures_build_run_and_decode_exactly(a, T, split, seed):
     torch.manual_seed(seed)
     model = build_model(a).eval()
     idx = torch.randint(0, a.vocab_size, (2, T))
+    margins: list[float] = []
+    hooks = [
+        m.register_forward_hook(routing_margin(margins))
+        for m in model.modules()
+        if isinstance(m, MoE)
+    ]
     logits, loss = model(idx, idx)
     assert logits.shape == (2, T, a.vocab_size) and torch.isfinite(loss)
-    assert max_diff(decode_logits(model, idx, min(split, T)), logits) <= TOL
+    decoded = decode_logits(model, idx, min(split, T))
+    for hook in hooks:
+        hook.remove()
+    # A token whose k-th and (k+1)-th router probabilities tie to rounding goes to either expert:
+    # one step and the whole sequence round its router input differently. No routing is exact
+    # there, so such draws say nothing about decoding.
+    assume(min(margins, default=1.0) > TOL)
+    assert max_diff(decoded, logits) <= TOL
+
+
+def routing_margin(margins: list[float]):
+    """A forward hook on a MoE that appends the smallest gap between a token's k-th and
+    (k+1)-th router probabilities (none when every expert is chosen)."""
+
+    def hook(moe: MoE, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+        if moe.top_k < moe.n_experts:
+            x = inputs[0].reshape(-1, inputs[0].shape[-1])
+            top = torch.softmax(moe.router(x), dim=-1).topk(moe.top_k + 1, dim=-1).values
+            margins.append((top[:, -2] - top[:, -1]).min().item())
+
+    return hook
