@@ -42,16 +42,22 @@ def private_postgres(keep: Path | None = None) -> Iterator[str]:
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
-    port = free_port()
     run = {"check": True, "capture_output": True}
     if not (data / "PG_VERSION").exists():
         subprocess.run(
             _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
             **run,
         )
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
-    start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log")]
-    subprocess.run(_as_postgres([*start, "-w", "start"]), **run)
+    for attempt in range(3):  # a free port can be taken before the server binds it: another
+        port = free_port()  # test's server, or an outgoing connection's ephemeral port
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+        start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log")]
+        try:
+            subprocess.run(_as_postgres([*start, "-w", "start"]), **run)
+            break
+        except subprocess.CalledProcessError:
+            if attempt == 2:
+                raise
     try:
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     finally:

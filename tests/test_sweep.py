@@ -163,9 +163,11 @@ def test_faults_are_recorded_and_the_sweep_finishes(tmp_path):
     assert len(seen) == len(FAULTS)  # the one trained trial comes after every kind of fault
 
 
-def _trained(run_dir: Path) -> dict[int, list[float]]:
+def _snapshot(run_dir: Path) -> tuple[dict[int, list[float]], list[int]]:
+    """(the trained trials' values by number, the running trials' numbers), in one read."""
     recs = records_so_far(run_dir, "tiny")
-    return {r.number: r.values for r in recs if r.state == "COMPLETE" and r.status == "trained"}
+    trained = {r.number: r.values for r in recs if r.state == "COMPLETE" and r.status == "trained"}
+    return trained, [r.number for r in recs if r.state == "RUNNING"]
 
 
 def test_resume_after_the_driver_is_killed(tmp_path):
@@ -189,11 +191,14 @@ def test_resume_after_the_driver_is_killed(tmp_path):
         start_new_session=True,
     )
     try:
+        # killed once two trials are trained while another runs (seen in one read: two trials
+        # finishing together leave a moment with none running)
         deadline = time.time() + 180
-        while time.time() < deadline and len(_trained(run_dir)) < 2:
-            time.sleep(0.5)
-        before = _trained(run_dir)
-        assert len(before) >= 2, "no trial finished before the deadline"
+        before, running = _snapshot(run_dir)
+        while time.time() < deadline and (len(before) < 2 or not running):
+            time.sleep(0.2)
+            before, running = _snapshot(run_dir)
+        assert len(before) >= 2 and running, "no trial finished before the deadline"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
         proc.wait()

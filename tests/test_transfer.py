@@ -59,8 +59,11 @@ def test_a_correction_by_mixer_and_size_is_recovered(offsets, slope, seed):
         errors.append(abs(got.value / e.confirmed - 1))
         within.append(abs(got.value - e.confirmed) <= 2 * got.std)
         assert got.std > 0
-    # the law alone misses by up to 10% + 5% x the size term; the correction by the noise
-    assert np.mean(errors) < 0.012 and np.mean(within) >= 0.8
+    # the law alone misses by up to 10% + 5% x the size term; the correction by the noise. The
+    # band covers about 95% of points: 13 or more of 40 outside it happen by chance in under one
+    # draw in 10^7, while a std half what it should be (about 68% inside) fails about every
+    # other draw.
+    assert np.mean(errors) < 0.012 and np.mean(within) >= 0.7
 
 
 def test_few_confirmations_shift_the_law_by_their_mean_ratio():
