@@ -130,8 +130,14 @@ def test_a_quick_then_a_full_calibration_in_one_process_time_the_full_grid(monke
     assert [b for _, b in fp32] == [full.glue_builds] * len(glue) + [full.held_out_builds] * len(
         held
     )
-    bf16 = [m for m, p, _ in machine.models if p.precision == "fp16"]
-    assert len(bf16) == len(reference_models()) + 2 * len(held)
+    bf16 = [p for m, p, _ in machine.models if p.precision == "fp16"]
+    references = len(reference_models())
+    assert len(bf16) == references + 2 * len(held)
+    # the half precision's factors fitted to the least of `repeats` samples back to back, its
+    # check the least of `check_repeats` over the span
+    assert {(p.repeats, p.span) for p in bf16[:references]} == {(full.repeats, 0.0)}
+    assert {(p.repeats, p.span) for p in bf16[references:]} == {(full.check_repeats, full.span)}
+    assert full.check_repeats < full.repeats
     predictor, validation = refit(json.loads(json.dumps(out["raw"])))
     mine, written = predictor_dict(predictor), out["profile"]["predictor"]
     assert {k: v for k, v in mine.items() if k != "date"} == {

@@ -41,6 +41,11 @@ class TimingPlan:
     warmup: float = WARMUP_S
     glue_builds: int = 1  # fresh builds of each glue model (the least over them)
     held_out_builds: int = 2  # of each held-out model
+    # the half precision's held-out check takes the least of this many samples (at most
+    # `repeats`; more until `span`): fewer than the reference models its factors are fitted
+    # to, since they move the check far less than two calibrations' checks differ, and a bf16
+    # prefill on a CPU without native bf16 takes seconds (`benchmarks/bench_half_repeats.py`)
+    check_repeats: int = 2
     kernels: tuple[str, ...] = tuple(KERNELS)
     samples: int = 48  # shapes per kernel (twice as many for gemm, the steps and the FFN)
     glue_models: int | None = None  # the first N of `models.glue_models()` (None: all)

@@ -170,7 +170,8 @@ def references(p: TimingPlan) -> list[WholeModel]:
 def half(measured: dict[str, Any], p: TimingPlan, step) -> dict[str, Any]:
     """The half precision's factors fitted to the reference models timed in bf16 (`profile`
     takes them), then its held-out check: one build of each held-out model (the roofline's
-    error here dwarfs the spread between builds) at its setting and at `LONG`."""
+    error here dwarfs the spread between builds) at its setting and at `LONG`, the least of the
+    plan's `check_repeats` samples."""
     timed, skipped = _in_bf16(references(p), dataclasses.replace(p, span=0.0), step)
     factors = _fit_factors(device(measured, p), timed)
     step("the half precision's factors fitted")
@@ -178,7 +179,9 @@ def half(measured: dict[str, Any], p: TimingPlan, step) -> dict[str, Any]:
     priced = parse_device(fitted, source="calibration", default_name="local", learned=True)
     held = held_out_models()[: p.held_out]
     ran, not_run = _in_bf16(
-        [x for m in held for x in (m, m._replace(prompt=LONG[0], context=LONG[1]))], p, step
+        [x for m in held for x in (m, m._replace(prompt=LONG[0], context=LONG[1]))],
+        dataclasses.replace(p, repeats=min(p.repeats, p.check_repeats)),
+        step,
     )
     raw = [
         {**m.setting(), "measured_s": t, "predicted_s": m.predicted(priced, HALF)} for m, t in ran
