@@ -53,7 +53,7 @@ def record(p) -> tuple[dict, list[dict]]:
         return reduce(samples)
 
     def time_model(m, how, builds=1):
-        log.append({"model": f"{m.arch.summary()} P{m.prompt}/C{m.context}", "calls": []})
+        log.append({"model": named(m), "calls": []})
         try:
             return real_time_model(m, how, builds)
         except RuntimeError as e:
@@ -67,6 +67,10 @@ def record(p) -> tuple[dict, list[dict]]:
     ):
         roofline.half(measured, p, lambda text: print(f"  {text}", flush=True))
     return measured, log
+
+
+def named(m) -> str:
+    return f"{m.arch.summary()} P{m.prompt}/C{m.context}"
 
 
 def least(call: dict, repeats: int) -> tuple[float, float]:
@@ -87,6 +91,7 @@ def replay(measured: dict, p, log: list[dict], checks: int, references: int) -> 
 
     def time_model(m, how, builds=1):
         i, entry = next(entries)
+        assert entry["model"] == named(m), f"recorded {entry['model']}, asked for {named(m)}"
         if "error" in entry:
             raise RuntimeError(entry["error"])
         part, repeats = ("references", references) if i < n_references else ("check", checks)
@@ -131,6 +136,7 @@ def main() -> None:
     p = plan(args.budget, threads=args.threads)
     if args.replay:
         saved = json.loads(Path(args.replay).read_text())
+        p = plan(saved["plan"]["name"], threads=saved["threads"])
         measured, log, wall = saved["roofline"], saved["log"], saved["wall_seconds"]
     else:
         t0 = time.perf_counter()
@@ -158,6 +164,7 @@ def main() -> None:
         "machine": {**processor(), "torch": torch.__version__, "python": platform.python_version()},
         "date": time.strftime("%Y-%m-%d"),
         "plan": {"name": p.name, "repeats": p.repeats, "span": p.span, "warmup": p.warmup},
+        "threads": p.threads,
         "wall_seconds": round(wall, 1),
         "repeats": rows,
         "roofline": measured,
@@ -168,7 +175,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(f"the half precision timed in {wall:.0f} s; saved {out}")
+    print(f"the roofline measured and the half precision timed in {wall:.0f} s; saved {out}")
 
 
 if __name__ == "__main__":

@@ -48,15 +48,19 @@ def private_postgres(keep: Path | None = None) -> Iterator[str]:
             _as_postgres([_pg_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
             **run,
         )
-    for attempt in range(3):  # a free port can be taken before the server binds it: another
-        port = free_port()  # test's server, or an outgoing connection's ephemeral port
+    log = root / "log"
+    for attempt in range(3):
+        # a free port can be taken before the server binds it (another test's server, an
+        # outgoing connection's ephemeral port): then, and only then, start on another
+        port, seen = free_port(), log.stat().st_size if log.exists() else 0
         options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
-        start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(root / "log")]
+        start = [_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(log)]
         try:
             subprocess.run(_as_postgres([*start, "-w", "start"]), **run)
             break
         except subprocess.CalledProcessError:
-            if attempt == 2:
+            said = log.read_bytes()[seen:].decode(errors="replace") if log.exists() else ""
+            if attempt == 2 or "could not bind" not in said:
                 raise
     try:
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"

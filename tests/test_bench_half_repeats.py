@@ -3,12 +3,15 @@ fewer, gives what timing at fewer would have given."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from benchmark_scripts import load
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_latency_calibrate import FakeMachine
 
-from archsearch.latency.calibrate import timing
+from archsearch.latency.calibrate import plan, roofline, timing
+from archsearch.latency.calibrate.models import held_out_models
 
 bench = load("bench_half_repeats")
 
@@ -40,3 +43,38 @@ def test_a_recorded_timing_read_at_fewer_repeats_is_that_timing(costs, span, few
     assert bench.least(call, 5) == pytest.approx((min(samples), spent))
     direct, direct_spent = timed(costs, fewer, span)
     assert bench.least(call, fewer) == pytest.approx((min(direct), direct_spent))
+
+
+SLOWER = (1.3, 1.1, 1.0, 1.2, 1.05)  # each recorded sample's time over the model's least
+
+
+def recording(p, machine: FakeMachine) -> list[dict]:
+    """A made-up recording of `roofline.half` at plan `p`: each model's prefill and step sampled
+    SLOWER times the machine's (prefill, step) seconds, back to back."""
+    long = {"prompt": roofline.LONG[0], "context": roofline.LONG[1]}
+    check = [x for m in held_out_models()[: p.held_out] for x in (m, m._replace(**long))]
+    log = []
+    for m in roofline.references(p) + check:
+        calls = [
+            {"samples": [f * t for f in SLOWER], "span": 0.0, "other_s": t}
+            for t in machine.time_model(m, p)
+        ]
+        log.append({"model": bench.named(m), "calls": calls})
+    return log
+
+
+def test_a_replay_reads_the_check_at_fewer_repeats_and_keeps_the_fit(monkeypatch):
+    p = plan("full", held_out=2, references=3)
+    machine = FakeMachine(monkeypatch)
+    measured, log = machine.measure(p), recording(p, machine)
+    full, spent = bench.replay(measured, p, log, 5, 5)
+    fewer, spent_fewer = bench.replay(measured, p, log, 2, 5)
+    assert fewer["factors"] == full["factors"]  # the references read alike
+    assert np.allclose(bench.timings(fewer), 1.1 * bench.timings(full))  # least of 1.3t, 1.1t
+    assert spent_fewer["references"] == pytest.approx(spent["references"])
+    assert spent_fewer["check"] < spent["check"]
+    refitted, _ = bench.replay(measured, p, log, 2, 2)
+    assert refitted["factors"] != full["factors"]
+    log[0]["model"] = "another"
+    with pytest.raises(AssertionError, match="recorded another"):
+        bench.replay(measured, p, log, 5, 5)

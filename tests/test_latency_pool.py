@@ -52,6 +52,19 @@ def test_an_earlier_calibration_reads_back_as_its_raw_timings_and_processor(outp
     assert err.value.key == "node.isa"
 
 
+@pytest.mark.parametrize("edit", ["another check", "no check"])
+def test_an_earlier_calibration_pools_whatever_its_half_precision_check(output, tmp_path, edit):
+    """Only the fp32 timings are pooled, each calibration keeps its own half-precision check:
+    an earlier one that checked it at other repeats (or before the plan named them) pools."""
+    earlier = copy.deepcopy(output)
+    if edit == "another check":
+        earlier["raw"]["plan"]["check_repeats"] += 3
+    else:
+        del earlier["raw"]["plan"]["check_repeats"]
+    raw, _ = read_earlier(_write(tmp_path, earlier), QUICK)
+    assert raw == earlier["raw"]
+
+
 def _edits(output: dict):
     """(name, edit of the output, the key its error names)."""
     gemm = "raw.kernels.gemm[0]"

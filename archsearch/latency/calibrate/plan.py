@@ -28,8 +28,9 @@ QUICK_KERNELS = ("gemm", "norm", "residual", "embedding", "ffn", "gqa.forward", 
 @dataclass(frozen=True)
 class TimingPlan:
     """How (runtime, threads, precision, repeats, minimum time, span, builds) and what (the
-    grids) a calibration times. A timing is the least of `repeats` samples: a kernel's each
-    loop for `min_time`, a whole model's span `span` seconds after `warmup`."""
+    grids) a calibration times. A timing is the least of `repeats` samples (the half
+    precision's held-out check: `check_repeats`): a kernel's each loop for `min_time`, a whole
+    model's span `span` seconds after `warmup`."""
 
     name: str
     runtime: str = "torch"
@@ -43,7 +44,7 @@ class TimingPlan:
     held_out_builds: int = 2  # of each held-out model
     # the half precision's held-out check takes the least of this many samples (at most
     # `repeats`; more until `span`): fewer than the reference models its factors are fitted
-    # to, since they move the check far less than two calibrations' checks differ, and a bf16
+    # to, since fewer move the check less than two calibrations' checks differ, while a bf16
     # prefill on a CPU without native bf16 takes seconds (`benchmarks/bench_half_repeats.py`)
     check_repeats: int = 2
     kernels: tuple[str, ...] = tuple(KERNELS)

@@ -33,6 +33,9 @@ __all__ = ["join", "read_earlier", "same_machine"]
 MAX_BYTES = 64 * 2**20
 MODEL_KEYS = {"arch", "prompt", "context", "batch", "measured_s"}
 POOLED_ON = ("cpu", "isa", "cpu_id")  # what must match between pooled calibrations' machines
+# plan fields pooled calibrations may differ in: the shapes' draws, and the half precision's
+# check (each calibration keeps its own; only the fp32 timings are pooled)
+UNPOOLED = ("seed", "check_repeats")
 
 
 def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], dict[str, str]]:
@@ -62,9 +65,8 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], dict[str, st
     for k, v in machine.items():
         if not isinstance(v, str):
             raise fail(f"expected text, got {repr(v)[:40]}", f"node.{k}")
-    same = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(p))).items() if k != "seed"}
-    theirs = raw.get("plan")
-    if not isinstance(theirs, dict) or {k: v for k, v in theirs.items() if k != "seed"} != same:
+    mine, theirs = json.loads(json.dumps(dataclasses.asdict(p))), raw.get("plan")
+    if not isinstance(theirs, dict) or _pooled_fields(theirs) != _pooled_fields(mine):
         raise fail(f"timed under another plan than budget={p.name} at these settings", "raw.plan")
     pooled = raw.get("pooled", 1)
     if isinstance(pooled, bool) or not isinstance(pooled, int) or pooled < 1:
@@ -82,6 +84,10 @@ def read_earlier(path: str, p: TimingPlan) -> tuple[dict[str, Any], dict[str, st
     for part, models in (("glue", glue_models()), ("held_out", held_out_models())):
         _models(raw.get(part), {_setting(m.setting()) for m in models}, fail, f"raw.{part}")
     return raw, machine
+
+
+def _pooled_fields(plan: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in plan.items() if k not in UNPOOLED}
 
 
 def same_machine(earlier: dict[str, str], here: dict[str, str], path: str) -> None:
