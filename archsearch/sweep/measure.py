@@ -46,9 +46,10 @@ def measure_latency(
     from archsearch.latency.calibrate.timing import time_model
     from archsearch.runtimes import ExportError
 
-    torch.set_num_threads(threads)
     arch = ArchConfig.from_dict(arch_dict)
     out: dict[str, Any] = {"runtime": runtime}
+    before = torch.get_num_threads()  # the caller's, restored: a reused worker or this process
+    torch.set_num_threads(threads)
     try:
         model = WholeModel(arch, settings["prompt"], settings["context"])
         how = TimingPlan("measured", runtime=runtime, threads=threads, repeats=repeats)
@@ -58,6 +59,8 @@ def measure_latency(
     else:
         out.update(ttft_ms=1e3 * ttft, decode_ms=1e3 * decode)
         out["e2e_ms"] = out["ttft_ms"] + settings["generate"] * out["decode_ms"]
+    finally:
+        torch.set_num_threads(before)
     import ray
 
     # outside Ray: asking for the runtime context would start a Ray instance
