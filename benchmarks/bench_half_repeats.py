@@ -132,13 +132,13 @@ def main() -> None:
     ap.add_argument("--replay", help="a saved result: replay its recording, time nothing")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "half_repeats.json"))
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    p = plan(args.budget, threads=args.threads)
     if args.replay:
         saved = json.loads(Path(args.replay).read_text())
         p = plan(saved["plan"]["name"], threads=saved["threads"])
         measured, log, wall = saved["roofline"], saved["log"], saved["wall_seconds"]
     else:
+        torch.set_num_threads(args.threads)
+        p = plan(args.budget, threads=args.threads)
         t0 = time.perf_counter()
         measured, log = record(p)
         wall = time.perf_counter() - t0
@@ -158,20 +158,25 @@ def main() -> None:
                 f"{vs['decode']['median']:.1f}% ({vs['decode']['max']:.1f}% max)",
                 flush=True,
             )
-    result = {
-        "command": f"python benchmarks/bench_half_repeats.py --threads {args.threads} "
-        f"--budget {args.budget}",
-        "machine": {**processor(), "torch": torch.__version__, "python": platform.python_version()},
-        "date": time.strftime("%Y-%m-%d"),
-        "plan": {"name": p.name, "repeats": p.repeats, "span": p.span, "warmup": p.warmup},
-        "threads": p.threads,
-        "wall_seconds": round(wall, 1),
-        "repeats": rows,
-        "roofline": measured,
-        "log": log,
-    }
     if args.replay:
         result = {**saved, "repeats": rows}  # the recording's own command, machine and date
+    else:
+        result = {
+            "command": f"python benchmarks/bench_half_repeats.py --threads {args.threads} "
+            f"--budget {args.budget}",
+            "machine": {
+                **processor(),
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+            },
+            "date": time.strftime("%Y-%m-%d"),
+            "plan": {"name": p.name, "repeats": p.repeats, "span": p.span, "warmup": p.warmup},
+            "threads": p.threads,
+            "wall_seconds": round(wall, 1),
+            "repeats": rows,
+            "roofline": measured,
+            "log": log,
+        }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))

@@ -8,27 +8,20 @@ import pytest
 from benchmark_scripts import load
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_latency_calibrate import FakeMachine
+from test_latency_calibrate import FakeMachine, _timed_on_a_simulated_clock
 
-from archsearch.latency.calibrate import plan, roofline, timing
+from archsearch.latency.calibrate import plan, roofline
 from archsearch.latency.calibrate.models import held_out_models
 
 bench = load("bench_half_repeats")
 
 
 def timed(costs: list[float], repeats: int, span: float) -> tuple[list[float], float]:
-    """`seconds_per_call` (its samples) of a call whose n-th call takes costs[n] seconds of a
-    simulated clock, and the clock's seconds it took."""
-    clock = {"now": 0.0, "calls": 0}
-
-    def call():
-        clock["now"] += costs[clock["calls"] % len(costs)]
-        clock["calls"] += 1
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(timing.time, "perf_counter", lambda: clock["now"])
-        samples = timing.seconds_per_call(call, repeats, 0.0, reduce=list, span=span)
-    return samples, clock["now"]
+    """`seconds_per_call`'s samples of a call whose n-th call takes costs[n] seconds of a
+    simulated clock, and the clock's seconds it took (every call's, the warm-up's too)."""
+    cost = lambda now, calls: costs[calls % len(costs)]  # noqa: E731
+    samples, calls = _timed_on_a_simulated_clock(cost, repeats, reduce=list, span=span)
+    return samples, sum(cost(0.0, i) for i in range(calls))
 
 
 @settings(max_examples=60, deadline=None)
