@@ -33,6 +33,21 @@ def _fixed_terminal_width():
 
 
 @pytest.fixture(autouse=True)
+def _fast_tests_start_no_process(request, monkeypatch):
+    """The fast lane (`make test-fast`: tests not marked slow) holds unit and property tests,
+    in this process: a test that starts a process (the command line, an interpreter, a server,
+    a script) fails here until it is marked slow, so the lane stays fast by construction."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+
+    def refuse(self, args, *rest, **kw):
+        shown = args if isinstance(args, str) else " ".join(map(str, args))
+        raise AssertionError(f"a fast test started a process ({shown[:80]}): mark it slow")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+@pytest.fixture(autouse=True)
 def _own_user_devices(tmp_path_factory):
     """Each test has its own (empty) user device folder: profiles a test measures under a name
     stay with it, and none of the machine's own (`~/.config/archsearch/devices`) are seen."""

@@ -25,6 +25,7 @@ def test_without_a_gpu_the_benchmark_says_so_and_exits_2(what, tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("parts", "says"),
     [

@@ -9,8 +9,10 @@ import typing
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from archsearch.cli import COMMANDS, main
+from archsearch.cli.config import compose
 from archsearch.cli.schemas import SCHEMAS
 from archsearch.trainers.config import Choice
 
@@ -73,3 +75,18 @@ def test_a_bad_enum_value_is_one_line_naming_the_key(case, value, capsys):
     assert out == "" and err.count("\n") == 1, err
     assert f"error: {key}: unknown {key.replace('.', ' ')} {value!r}" in err, err
     assert f"(known: {', '.join(known)})" in err, err
+
+
+def test_a_composition_reads_its_defaults_whatever_was_composed_before():
+    """A command's schema is stored once per process and every composition reads a copy: one
+    with an enumerated key set to another value leaves the defaults of the next unchanged."""
+    first = {}  # one enumerated key of each command, its last value (not the default)
+    for name, key, enum in CASES:
+        first.setdefault(name, (key, enum))
+    for name, (key, enum) in first.items():
+        config = COMMANDS[name].config
+        defaults = OmegaConf.to_container(compose(config, []))
+        value = list(enum)[-1].value
+        changed = OmegaConf.select(compose(config, [f"{key}={value}"]), key)
+        assert (changed.value if isinstance(changed, enum) else changed) == value
+        assert OmegaConf.to_container(compose(config, [])) == defaults

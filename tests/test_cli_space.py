@@ -87,6 +87,7 @@ def test_help_for_every_command(capsys):
         assert code == 0 and f"archsearch {name}" in out and "keys" in out
 
 
+@pytest.mark.slow
 def test_space_commands_do_not_import_torch_or_ray():
     code = (
         "import sys; from archsearch.cli import main; "

@@ -1026,7 +1026,12 @@ CORPUS = {
     "export": EXPORTS,
     "concurrent": CONCURRENT,
 }
-CASES = [pytest.param(c, id=f"{kind}-{c.id}") for kind, cases in CORPUS.items() for c in cases]
+# a concurrent case's live driver is a process (`sleeper`): those cases are in the slow lane
+CASES = [
+    pytest.param(c, id=f"{kind}-{c.id}", marks=pytest.mark.slow if kind == "concurrent" else ())
+    for kind, cases in CORPUS.items()
+    for c in cases
+]
 
 
 # ---- running a command case -----------------------------------------------------------------
@@ -1417,6 +1422,7 @@ def test_a_driver_elsewhere_counts_as_running_while_its_heartbeat_is_fresh(tmp_p
     assert drivers_alive(data.records, {trial.number: GRACE_S + 1}) == {}
 
 
+@pytest.mark.slow
 def test_postgresql_is_looked_at_and_read_in_read_only_transactions(capsys):
     """On a server: a database without a study is refused and left without tables; a study
     is read in read-only transactions (a write through the reader fails); one of a newer

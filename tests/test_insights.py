@@ -366,6 +366,7 @@ def test_a_study_without_trained_trials_or_of_another_tool_is_refused(tmp_path, 
     assert np.isfinite(plain.best_value)  # the other tool's study is as it was
 
 
+@pytest.mark.slow
 def test_the_dashboard_answers_what_the_study_learned(planted):
     """The served page offers it, and its route answers for a device of the study, and one
     line (400) for a device it does not know."""

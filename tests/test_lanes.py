@@ -5,6 +5,8 @@ table: each has a test module that imports it and holds a test not marked slow."
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,15 @@ def test_the_makefile_runs_both_lanes():
     makefile = (TESTS.parent / "Makefile").read_text()
     assert '-m pytest -q -n 2 -m "not slow"' in makefile and "\ntest-fast:" in makefile
     assert "$(PY) -m pytest -q -n 2\n" in makefile
+
+
+def test_a_fast_test_that_starts_a_process_fails_saying_to_mark_it_slow():
+    with pytest.raises(
+        AssertionError, match=re.escape("a fast test started a process (true): mark it slow")
+    ):
+        subprocess.run(["true"], check=True)
+
+
+@pytest.mark.slow
+def test_a_slow_test_may_start_one():
+    assert subprocess.run(["true"], check=False).returncode == 0

@@ -114,6 +114,7 @@ def test_a_latency_is_the_sum_of_its_kernels_and_stalls_and_differs_from_the_roo
     assert set(PHASES) == set(dev.predictor.memory)
 
 
+@pytest.mark.slow
 def test_predict_imports_no_torch():
     code = "import sys, archsearch.latency.predict, archsearch.latency.profile; "
     code += "import archsearch.latency; print('torch' in sys.modules)"

@@ -157,6 +157,7 @@ def test_discovery_reads_metadata_only_and_never_imports_torch(plugin_sites, tmp
     assert "16" in res.stdout  # the space's size, with the plugin names among its choices
 
 
+@pytest.mark.slow
 def test_an_unknown_name_in_a_space_lists_the_plugins(installed, tmp_path, capsys):
     (tmp_path / "space.yaml").write_text(SPACE.replace("choice(hyena.long_conv, gla)", "hyena.x"))
     res = cli(capsys, "space", "show", f"space_file={tmp_path / 'space.yaml'}")

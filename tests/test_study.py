@@ -174,6 +174,7 @@ def _write_trials(url: str, n: int, *, killed: bool = False) -> None:
     subprocess.run([sys.executable, "-c", code], check=not killed, timeout=120)
 
 
+@pytest.mark.slow
 def test_looking_at_a_study_keeps_the_writes_of_another_process(tmp_path):
     """Checking a study file (every open does) while this process holds a connection to it
     must not drop SQLite's locks on it: a sweep resumed after a killed one, while a reader

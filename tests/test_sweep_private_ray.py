@@ -213,6 +213,7 @@ def _write_record(run_dir: Path, driver: Driver, temp_dir: Path, name: str) -> P
     return path
 
 
+@pytest.mark.slow
 def test_the_reaper_ends_only_what_a_dead_driver_recorded(tmp_path, temp, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the system temp dir, as a sweep's
     run_dir = tmp_path / "run"

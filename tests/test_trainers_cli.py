@@ -33,6 +33,7 @@ def archsearch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_help_lists_the_budget_syntax(tmp_path):
     res = archsearch("train", "--help", cwd=tmp_path)
     assert res.returncode == 0

@@ -143,6 +143,7 @@ def test_fp16_and_missing_devices_are_refused_before_anything_runs(cfg, tmp_path
         assert not (tmp_path / str(i)).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
 @pytest.mark.parametrize(
     ("setting", "fragment"),

@@ -21,19 +21,23 @@ from archsearch.errors import UserError
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*")  # n, ray.address
 
 
-def _register_schemas() -> None:
+def _register_schema(name: str) -> None:
+    """Store command `name`'s schema in Hydra's ConfigStore, once per process: its config's
+    defaults list names only its own, and a load from the store is a deep copy, so no
+    composition changes what a later one reads (an in-process caller, a test, composes many)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     from archsearch.cli import schemas
 
     cs = ConfigStore.instance()
-    for name, schema in schemas.SCHEMAS.items():
-        node = OmegaConf.structured(schema)
-        # a frozen dataclass (TrainConfig) makes a read-only node; the yaml and the overrides
-        # must still be merged onto it (the instance `to_schema` builds stays frozen)
-        OmegaConf.set_readonly(node, None)
-        cs.store(name=f"{name}_schema", node=node)
+    if f"{name}_schema.yaml" in cs.list(""):
+        return
+    node = OmegaConf.structured(schemas.SCHEMAS[name])
+    # a frozen dataclass (TrainConfig) makes a read-only node; the yaml and the overrides must
+    # still be merged onto it (the instance `to_schema` builds stays frozen)
+    OmegaConf.set_readonly(node, None)
+    cs.store(name=f"{name}_schema", node=node)
 
 
 def _list_keys(schema: type) -> set[str]:
@@ -119,7 +123,7 @@ def compose(name: str, overrides: list[str]) -> Any:
                 f"{value!r} holds an interpolation; values on the command line are taken literally",
                 key=key,
             )
-    _register_schemas()
+    _register_schema(name)
     schema = schemas.SCHEMAS[name]
     groups = {p.name for p in conf_dir().iterdir() if p.is_dir()}
     fields = {f.name for f in dataclasses.fields(schema)}
