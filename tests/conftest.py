@@ -35,8 +35,8 @@ def _fixed_terminal_width():
 @pytest.fixture(autouse=True)
 def _fast_tests_start_no_process(request, monkeypatch):
     """The fast lane (`make test-fast`: tests not marked slow) holds unit and property tests,
-    in this process: a test that starts a process (the command line, an interpreter, a server,
-    a script) fails here until it is marked slow, so the lane stays fast by construction."""
+    in this process: a test that starts a process through `subprocess` (the command line, an
+    interpreter, a server, a script) fails here until it is marked slow."""
     if request.node.get_closest_marker("slow") is not None:
         return
 
