@@ -41,7 +41,8 @@ def _fast_tests_start_no_process(request, monkeypatch):
         return
 
     def refuse(self, args, *rest, **kw):
-        shown = args if isinstance(args, str) else " ".join(map(str, args))
+        one = isinstance(args, (str, bytes, os.PathLike))
+        shown = str(args) if one else " ".join(map(str, args))
         raise AssertionError(f"a fast test started a process ({shown[:80]}): mark it slow")
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
