@@ -311,20 +311,20 @@ def test_plots_draw_every_factor_and_effect(planted):
     assert sum(r["resolved"] for r in rows) == sum(e.resolved for e in o.effects)
 
 
+@pytest.mark.slow  # a front report and the dashboard's answer, end to end
 def test_the_front_report_and_the_dashboard_say_what_the_study_learned(tmp_path):
     """On the stand-in sweep of the `tiny` space (real architectures and costs)."""
     from archsearch.analysis.dashboard import insights_payload
     from archsearch.analysis.pareto import analyse, choose_axes
-    from archsearch.analysis.report import learned, markdown_report, write_outputs
+    from archsearch.analysis.report import write_outputs
 
     info = make_study(tmp_path / "s.db", n=24)
     data = load(info["url"])
     p = analyse(data, "rpi5", choose_axes(data, "rpi5", None, None, None)[0])
-    study = learned(p)
-    report = markdown_report(p, study)
-    assert "## What the study learned" in report
-    assert "layers.mixer" in report and study.design.describe() in report
     files = write_outputs(p, tmp_path / "pareto")
+    report = files["report_md"].read_text()
+    assert "## What the study learned" in report
+    assert "layers.mixer" in report and design(data).describe() in report
     assert "What the study learned" in files["report_html"].read_text()
     sections = dict(json.loads(insights_payload(data, "jetson_orin_nx"))["sections"])
     assert any("decode_ms@jetson_orin_nx" in line for line in sections["decode_ms@jetson_orin_nx"])

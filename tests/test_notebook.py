@@ -35,6 +35,7 @@ def cells(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.slow  # the tutorial end to end, as the docs' tutorials
 def test_the_tutorial_runs_as_written(run, monkeypatch):
     """Every python cell of the tutorial, in order, in one namespace, in the folder holding
     runs/ (as a notebook started there); the last expression of a cell is what the notebook

@@ -57,10 +57,9 @@ class Ensemble:
             f = self.feature[tree, node]
             go_left = x[rows, np.maximum(f, 0)] <= self.threshold[tree, node]
             node = np.where(f < 0, node, 2 * node + np.where(go_left, 1, 2))
-        out = np.full(n, self.init)
-        for t in range(trees):  # tree by tree, in sklearn's order of summation
-            out = out + self.rate * self.value[t, node[:, t]]
-        return out
+        # tree by tree, in sklearn's order of summation: a cumulative sum adds in sequence
+        terms = np.column_stack([np.full(n, self.init), self.rate * self.value[tree, node]])
+        return np.cumsum(terms, axis=1)[:, -1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
