@@ -14,10 +14,11 @@ import sys
 import numpy as np
 import pytest
 from benchmark_scripts import load as load_benchmark
+from conftest import tiny_arch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archsearch.arch import ArchConfig, AttentionConfig, LayersConfig, LinearConfig
+from archsearch.arch import LINEAR_FAMILIES, ArchConfig, AttentionConfig, LayersConfig, LinearConfig
 from archsearch.cli import main
 from archsearch.cost.counts import params as count_params
 from archsearch.latency import columns, decode_s, load_device, ttft_s
@@ -575,6 +576,46 @@ def test_a_whole_model_is_sampled_over_the_span_in_both_phases(monkeypatch):
     ttft, decode = timing.time_model(WholeModel(arch, 8, 16), how)
     assert calls == [{"warmup": 0.05, "span": 0.1}] * 2
     assert 0 < decode < 0.1 and 0 < ttft < 0.1
+
+
+HALF_STATE_MIXERS = {
+    **{
+        f: {"layers": {"mixer": "linear"}, "linear": {"family": f, "n_heads": 2}}
+        for f in LINEAR_FAMILIES
+    },
+    "gqa": {"attention": {"kind": "gqa", "n_heads": 2, "n_kv_heads": 1}},
+    "mla": {
+        "attention": {"kind": "mla", "n_heads": 2, "kv_rank": 16, "head_dim": 8, "rope_dim": 4}
+    },
+    "mcsd": {"layers": {"mixer": "mcsd"}, "mcsd": {"n_channels": 4}},
+}
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(sorted(HALF_STATE_MIXERS)), st.integers(1, 2), st.integers(1, 24))
+def test_a_half_precision_state_built_in_fp32_is_the_models_own(mixer, batch, context):
+    """`timing.state_after` with the model in fp32 gives a bf16 model the state its own prefill
+    gives: the same keys, shapes, dtypes and position, values within bf16's rounding; and the
+    bf16 step runs on it."""
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    fp32 = build_model(tiny_arch(**HALF_STATE_MIXERS[mixer])).eval()
+    built = copy.deepcopy(fp32).to(torch.bfloat16)
+    tokens = torch.randint(0, 256, (batch, context))
+    own, cast = timing.state_after(built, tokens), timing.state_after(built, tokens, fp32)
+    assert cast.pos == own.pos == context
+    for mine, theirs in zip(cast.layers, own.layers):
+        assert mine.keys() == theirs.keys()
+        for k, t in theirs.items():
+            assert (mine[k].shape, mine[k].dtype) == (t.shape, t.dtype)
+            scale = t.float().abs().max().item() + 1e-3
+            torch.testing.assert_close(mine[k].float(), t.float(), rtol=0.1, atol=0.1 * scale)
+    with torch.inference_mode():
+        logits, _ = built.step(tokens[:, -1], cast)
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits).all()
 
 
 @pytest.mark.slow

@@ -37,7 +37,8 @@ from archsearch.latency.kernels import KERNELS, features, gemm_features
 
 __all__ = ["BATCHES", "DTYPES", "GRIDS", "Shape", "affordable", "memory_seconds", "neighbour"]
 __all__ += ["pass_seconds"]
-__all__ += ["random_shape", "seconds_per_call", "shape_rows", "steady_allocator", "time_model"]
+__all__ += ["random_shape", "seconds_per_call", "shape_rows", "state_after", "steady_allocator"]
+__all__ += ["time_model"]
 __all__ += ["time_shape"]
 
 WIDTHS = (64, 128, 192, 256, 384, 512, 768)
@@ -326,23 +327,50 @@ def time_model(model: WholeModel, plan: TimingPlan, builds: int = 1) -> tuple[fl
     runtime at its precision (the torch dtype of `DTYPES`): the least over `builds` fresh
     builds of the least of samples over `plan.span` after `plan.warmup` of calls. Raises
     `runtimes.ExportError` where the runtime cannot run it, RuntimeError where torch has no
-    kernel for one of its ops in that dtype."""
+    kernel for one of its ops in that dtype.
+
+    In half precision the step's state is the same prefill's in fp32 (`state_after`)."""
+    import copy
+
     import torch
 
     from archsearch.models import build_model
     from archsearch.runtimes import prepare
 
     arch, batch = model.arch, model.batch
+    dtype = getattr(torch, DTYPES[plan.precision])
     timed = dict(repeats=plan.repeats, min_time=0.0, warmup=plan.warmup, span=plan.span)
     runs = []
     for _ in range(builds):
         torch.manual_seed(0)
-        built = build_model(arch).eval().to(getattr(torch, DTYPES[plan.precision]))
+        built = build_model(arch).eval()
+        fp32 = copy.deepcopy(built) if dtype != torch.float32 else None
+        built = built.to(dtype)
         idx = torch.randint(0, arch.vocab_size, (batch, model.prompt))
         ttft = seconds_per_call(prepare(plan.runtime, _call(built, "prefill"), (idx,)), **timed)
-        with torch.inference_mode():
-            _, state = built.prefill(torch.randint(0, arch.vocab_size, (batch, model.context)))
+        context = torch.randint(0, arch.vocab_size, (batch, model.context))
+        state = state_after(built, context, fp32)
+        del fp32
         token = torch.randint(0, arch.vocab_size, (batch,))
         step = prepare(plan.runtime, _call(built, "step", state), (token,))
         runs.append((ttft, seconds_per_call(step, **timed)))
     return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def state_after(built, context, fp32=None):
+    """The decode state of `built` after the tokens `context` [B, T]: its own prefill's, or,
+    given `fp32` (the same model in fp32), that one's cast to the dtypes of `built`'s own. The
+    step timed reads its state's values, not how long they took, and a CPU without native bf16
+    takes seconds over a context of thousands of tokens."""
+    import torch
+
+    with torch.inference_mode():
+        if fp32 is None:
+            return built.prefill(context)[1]
+        state = fp32.prefill(context)[1]
+        like = built.prefill(context[:, :1])[1]  # the dtypes, from one token
+        state.layers = [
+            {k: t.to(mine[k].dtype) for k, t in layer.items()}
+            for layer, mine in zip(state.layers, like.layers)
+        ]
+    return state
