@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,11 @@ from archsearch.cost.ops import Columns, Phase
 from archsearch.latency.calibrate.models import WholeModel
 from archsearch.latency.calibrate.plan import TimingPlan
 from archsearch.latency.kernels import KERNELS, features, gemm_features
+
+if TYPE_CHECKING:  # torch is imported only to measure
+    import torch
+
+    from archsearch.models.lm import LanguageModel, State
 
 __all__ = ["BATCHES", "DTYPES", "GRIDS", "Shape", "affordable", "memory_seconds", "neighbour"]
 __all__ += ["pass_seconds"]
@@ -357,7 +362,9 @@ def time_model(model: WholeModel, plan: TimingPlan, builds: int = 1) -> tuple[fl
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def state_after(built, context, fp32=None):
+def state_after(
+    built: LanguageModel, context: torch.Tensor, fp32: LanguageModel | None = None
+) -> State:
     """The decode state of `built` after the tokens `context` [B, T]: its own prefill's, or,
     given `fp32` (the same model in fp32), that one's cast to the dtypes of `built`'s own. The
     step timed reads its state's values, not how long they took, and a CPU without native bf16
