@@ -13,12 +13,13 @@ run: $(STAMP)
 	$(VENV)/bin/archsearch sweep
 
 # two workers (pytest-xdist): most tests wait on Ray, servers and subprocesses, so two cores
-# run the suite in about two thirds of the time one worker takes
+# run the suite in about two thirds of the time one worker takes; the tests that share a
+# module's cluster or exported programs (`xdist_group`) run on one worker, which starts it once
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

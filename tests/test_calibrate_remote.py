@@ -25,6 +25,10 @@ from archsearch.latency import load_device
 from archsearch.latency.breakdown import cost_report
 from archsearch.latency.calibrate import plan
 
+# the tests that share the module's cluster run on one pytest-xdist worker
+# (`make test`: `--dist loadgroup`)
+SHARED = pytest.mark.xdist_group("remote_cluster")
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -40,6 +44,7 @@ def _archsearch(cluster: dict, *args: str, timeout: float = 300) -> subprocess.C
     )
 
 
+@SHARED
 @pytest.mark.slow
 def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster, capsys, tmp_path):
     args = [
@@ -71,21 +76,14 @@ def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster
 
     # `device=edge_box` prices with the stored profile
     lengths = {"precision": "fp32", "prompt": 128, "context": 256, "generate": 16, "batch": 1}
-    cost = _archsearch(
-        cluster,
-        "cost",
-        "arch=tiny_gqa",
-        "device=edge_box",
-        *(f"{k}={v}" for k, v in lengths.items()),
-        "format=json",
-    )
-    assert cost.returncode == 0, cost.stderr
-    report = json.loads(cost.stdout)["reports"][0]
+    capsys.readouterr()
+    settings = [f"{k}={v}" for k, v in lengths.items()]
+    assert main(["cost", "arch=tiny_gqa", "device=edge_box", *settings, "format=json"]) == 0
+    report = json.loads(capsys.readouterr().out)["reports"][0]
     expected = cost_report(load_arch("tiny_gqa"), dev, **lengths)
     assert report["device"] == "edge_box"
     for key in ("ttft_ms", "decode_ms"):
         assert report["totals"][key] == pytest.approx(expected["totals"][key], rel=1e-9)
-    capsys.readouterr()
     assert main(["prune", "search_space=tiny", "device=edge_box", "limit=8", "format=json"]) == 0
     assert json.loads(capsys.readouterr().out)["device"] == "edge_box"
 
@@ -100,6 +98,7 @@ def test_calibration_runs_on_the_node_with_the_resource_and_cost_uses_it(cluster
     assert "2 calibrations pooled" in load_device("edge_box_2").sources["predictor"]
 
 
+@SHARED
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fragments"),
@@ -123,6 +122,7 @@ def test_a_cluster_that_cannot_run_it_is_a_one_line_error(cluster, args, fragmen
     assert list(user_devices_dir().iterdir()) == []  # nothing written
 
 
+@SHARED
 @pytest.mark.slow
 def test_a_task_that_fails_on_the_node_is_a_one_line_error(cluster):
     """calibrate's own error, raised on the node, comes back as one line (exit 1)."""

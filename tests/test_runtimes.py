@@ -26,6 +26,11 @@ from archsearch.runtimes import (
     prepare,
 )
 
+# the tests that share the module's exported programs run on one pytest-xdist worker
+# (`make test`: `--dist loadgroup`)
+SHARED = pytest.mark.xdist_group("runtimes_exported")
+
+
 BASE = {
     "vocab_size": 64,
     "d_model": 32,
@@ -78,6 +83,7 @@ def exported(request):
     return model, deploy(model, runtime, prompt=PROMPT, max_context=MAX_CONTEXT, threads=1)
 
 
+@SHARED
 @settings(
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -93,6 +99,7 @@ def test_runtime_logits_equal_pytorch_over_prefill_and_decode(exported, data, st
     assert diff <= LOGIT_TOLERANCE * scale, (diff, scale)
 
 
+@SHARED
 @pytest.mark.slow
 def test_the_state_lives_in_the_runtime_and_grows_with_the_context(exported):
     model, run = exported

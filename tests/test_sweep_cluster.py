@@ -20,6 +20,11 @@ from archsearch.study import records
 pytestmark = pytest.mark.slow
 
 
+# the tests that share the module's cluster run on one pytest-xdist worker
+# (`make test`: `--dist loadgroup`)
+SHARED = pytest.mark.xdist_group("sweep_cluster")
+
+
 @pytest.fixture
 def postgres():
     """A private PostgreSQL server (tests/pgserver.py), stopped after the test."""
@@ -27,10 +32,12 @@ def postgres():
         yield url
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster():
     """A head and a second node on this machine, one CPU each; the second node advertises the
-    custom resource `edge` (tests/raycluster.py)."""
+    custom resource `edge` (tests/raycluster.py). The module's tests that take it share it:
+    each sweep is a driver of its own that connects and exits, leaving the cluster as it was
+    (the tests that kill a node or need another shape start their own)."""
     with private_ray_cluster({"edge": 1}) as cluster:
         yield cluster
 
@@ -52,6 +59,7 @@ def _sweep(
     )
 
 
+@SHARED
 def test_cluster_sweep_runs_on_both_nodes_and_lands_in_postgresql(tmp_path, postgres, ray_cluster):
     res = _sweep(
         tmp_path,
@@ -100,6 +108,7 @@ def _measured_sweep(tmp_path: Path, cluster: dict, trials: int, *args: str, time
     return trained
 
 
+@SHARED
 def test_measured_latency_runs_on_the_node_with_the_resource(tmp_path, ray_cluster):
     # exported and timed in the deploy runtime, there
     trained = _measured_sweep(tmp_path, ray_cluster, 3, "latency.runtime=onnxruntime")
@@ -171,6 +180,7 @@ def _trained(run: Path) -> bool:
     return any(r.status == "trained" for r in records_so_far(run, "tiny"))
 
 
+@SHARED
 def test_an_unknown_resource_is_a_one_line_error(tmp_path, ray_cluster):
     res = _sweep(tmp_path, ray_cluster, "trials=1", "latency.mode=measured", "latency.resource=tpu")
     assert res.returncode == 2

@@ -116,7 +116,7 @@ def test_counts_must_be_positive_numbers(bad):
 
 
 @pytest.mark.slow
-def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_path):
+def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_path, capsys):
     """A real sweep (Ray Tune, SQLite, the synthetic trainable, whose loss at any budget is
     known) with most trials confirmed at 4x: `archsearch confirm` reports the corrected
     prediction leave-one-out over every confirmed trial whose mixer classes other
@@ -132,6 +132,7 @@ def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_pat
     from archsearch.analysis.confirm import confirmations
     from archsearch.analysis.front import Axis, predict_axes, value_of
     from archsearch.analysis.pareto import analyse
+    from archsearch.cli import main
     from archsearch.study import load
     from archsearch.sweep.testing import synthetic_loss
 
@@ -169,8 +170,10 @@ def test_confirmations_correct_the_predicted_axis_and_report_their_error(tmp_pat
     )
     assert c.corrected == expected >= 1
     assert 0 <= c.corrected_mape_pct < 100 and 0 <= c.corrected_within_2sigma <= 1
-    # stored: nothing trained, the same figure
-    out = json.loads(archsearch("confirm", f"study={run_dir}", "factor=4", "n=4"))["confirmation"]
+    # stored: nothing trained (no Ray: in this process), the same figure
+    capsys.readouterr()
+    assert main(["confirm", f"study={run_dir}", "factor=4", "n=4", *common]) == 0
+    out = json.loads(capsys.readouterr().out)["confirmation"]
     assert out["corrected_mape_pct"] == pytest.approx(c.corrected_mape_pct)
     assert "corrected across architectures" in out["facts"]["extrapolation"]
 
