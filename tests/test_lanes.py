@@ -55,8 +55,10 @@ def test_the_fast_lane_covers_every_package(unit):
 
 def test_the_makefile_runs_both_lanes():
     makefile = (TESTS.parent / "Makefile").read_text()
-    assert '-m pytest -q -n 2 -m "not slow"' in makefile and "\ntest-fast:" in makefile
-    assert "$(PY) -m pytest -q -n 2\n" in makefile
+    # two workers; the tests that share a module's cluster or programs on one (`xdist_group`)
+    workers = "-m pytest -q -n 2 --dist loadgroup"
+    assert f'{workers} -m "not slow"\n' in makefile and "\ntest-fast:" in makefile
+    assert f"$(PY) {workers}\n" in makefile
 
 
 def test_a_fast_test_that_starts_a_process_fails_saying_to_mark_it_slow():
