@@ -34,19 +34,9 @@ CUMULATIVE = Ensemble.predict
 
 def looped(self: Ensemble, X: np.ndarray) -> np.ndarray:
     """The form replaced: the same tree walk, then the trees added one numpy call at a time."""
-    x = np.asarray(X, dtype=np.float64).astype(np.float32).astype(np.float64)
-    n, trees = x.shape[0], self.feature.shape[0]
-    if n == 0:
-        return np.zeros(0)
-    tree = np.arange(trees)[None, :]
-    node = np.zeros((n, trees), dtype=np.int64)
-    rows = np.arange(n)[:, None]
-    for _ in range(self.depth):
-        f = self.feature[tree, node]
-        go_left = x[rows, np.maximum(f, 0)] <= self.threshold[tree, node]
-        node = np.where(f < 0, node, 2 * node + np.where(go_left, 1, 2))
-    out = np.full(n, self.init)
-    for t in range(trees):
+    node = self.leaves(X)
+    out = np.full(node.shape[0], self.init)
+    for t in range(node.shape[1]):
         out = out + self.rate * self.value[t, node[:, t]]
     return out
 

@@ -44,12 +44,11 @@ class Ensemble:
     threshold: np.ndarray
     value: np.ndarray
 
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        """The ensemble's output for rows X [n, features] (float32 comparisons, as sklearn)."""
+    def leaves(self, X: np.ndarray) -> np.ndarray:
+        """The node each row of X [n, features] ends at in each tree, [n, trees] (float32
+        comparisons, as sklearn)."""
         x = np.asarray(X, dtype=np.float64).astype(np.float32).astype(np.float64)
         n, trees = x.shape[0], self.feature.shape[0]
-        if n == 0:
-            return np.zeros(0)
         tree = np.arange(trees)[None, :]
         node = np.zeros((n, trees), dtype=np.int64)
         rows = np.arange(n)[:, None]
@@ -57,8 +56,16 @@ class Ensemble:
             f = self.feature[tree, node]
             go_left = x[rows, np.maximum(f, 0)] <= self.threshold[tree, node]
             node = np.where(f < 0, node, 2 * node + np.where(go_left, 1, 2))
+        return node
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The ensemble's output for rows X [n, features]."""
+        node = self.leaves(X)
+        if node.shape[0] == 0:
+            return np.zeros(0)
+        values = self.value[np.arange(node.shape[1])[None, :], node]
         # tree by tree, in sklearn's order of summation: a cumulative sum adds in sequence
-        terms = np.column_stack([np.full(n, self.init), self.rate * self.value[tree, node]])
+        terms = np.column_stack([np.full(node.shape[0], self.init), self.rate * values])
         return np.cumsum(terms, axis=1)[:, -1]
 
     def to_dict(self) -> dict[str, Any]:
