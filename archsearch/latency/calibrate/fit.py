@@ -2,9 +2,11 @@
 
 1. The memory probe (`fit_memory`): a matrix-vector product over weights of 1/8-256 MiB runs
    from the cache while its weight fits and from memory beyond; seconds = t0 + r x bytes +
-   stall_s x bytes x missing(bytes) (`predict.Memory`): every pair of capacities `lo` < `hi`
-   (between which the share that misses goes from 0 to 1) of a log grid tried, t0, r and
-   stall_s by non-negative least squares on relative errors.
+   stall_s x bytes x missing(bytes) (`predict.Memory`): t0, r and stall_s by non-negative
+   least squares on relative errors for each pair of capacities `lo` < `hi` (between which the
+   share that misses goes from 0 to 1): every pair of a log grid, then the grid's best few
+   refined (Powell's method on log `lo`, log `hi`), so that the capacities need not fall on
+   the grid; timings made from known capacities are fitted back exactly.
 2. Each kernel (`fit_kernel`): its timings less the stalls it met alone (the probe's over its
    resident bytes: in a model, those come back as the model's own), fitted as a learned
    roofline (`WORK` coefficients, non-negative least squares on relative errors) times
@@ -40,7 +42,7 @@ __all__ += ["fit_passes", "model_terms", "p90_bound", "pooled_check", "stalls_al
 
 TERMS = ("trees", "stalls", "miss", "overlap", "passes")  # what `without` may leave out
 TREES = dict(trees=100, depth=3, rate=0.1, min_leaf=3)  # each kernel's correction
-COARSE, FINE = 1.32, 1.097  # the probe's capacity grids: 32% and 9.7% apart
+GRID, STARTS = 1.32, 3  # the probe's capacity grid (32% apart); how many of its pairs refined
 NOISE = 0.01  # the probe's RMS relative miss below which no cache level is fitted
 STALLED = 0.05  # the least share of a layer's time from memory its stalls must take to count
 OVERLAPS = tuple(float(s) for s in np.linspace(0.0, 1.0, 11))
@@ -61,26 +63,29 @@ def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
 
 def fit_memory(sizes: Iterable[float], seconds: Iterable[float]) -> Memory | None:
     """The machine's memory stalls from the probe's timings (step 1): every pair of capacities
-    on a coarse grid, then on a fine one around the best; None where a straight line (no cache
-    level) already fits the times within `NOISE` (RMS relative error)."""
+    on a log grid, the `STARTS` best refined; None where a straight line (no cache level)
+    already fits the times within `NOISE` (RMS relative error)."""
+    from scipy.optimize import minimize
+
     sizes, seconds = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
     base = np.column_stack([np.ones_like(sizes), sizes]) / seconds[:, None]
 
-    def fit(span) -> tuple[float, np.ndarray]:
-        stalls = Memory(1.0, *span).byte_stalls(sizes) / seconds
+    def fit(log_span) -> tuple[float, np.ndarray]:
+        stalls = Memory(1.0, *np.exp(np.sort(log_span))).byte_stalls(sizes) / seconds
         coef, residual = nnls(np.column_stack([base, stalls]), np.ones_like(sizes))
         return residual, coef
 
     if nnls(base, np.ones_like(sizes))[1] <= NOISE * math.sqrt(len(sizes)):
         return None
-    best = (sizes.min(), sizes.max())
-    for step, around in ((COARSE, np.inf), (FINE, COARSE**2)):
-        points = 1 + math.ceil(math.log(sizes.max() / sizes.min()) / math.log(step))
-        pairs = itertools.combinations(np.geomspace(sizes.min(), sizes.max(), points), 2)
-        near = [s for s in pairs if all(b / around <= a <= b * around for a, b in zip(s, best))]
-        best = min(near, key=lambda span: fit(span)[0])
+    points = 1 + math.ceil(math.log(sizes.max() / sizes.min()) / math.log(GRID))
+    grid = np.linspace(math.log(sizes.min()), math.log(sizes.max()), points)
+    starts = sorted(itertools.combinations(grid, 2), key=lambda span: fit(span)[0])[:STARTS]
+    tol = dict(xtol=1e-4, ftol=1e-14)  # capacities to about 0.01%
+    runs = [minimize(lambda x: fit(x)[0], s, method="Powell", options=tol) for s in starts]
+    best = np.sort(min(runs, key=lambda run: run.fun).x)
     stall_s = float(fit(best)[1][2])
-    return Memory(stall_s, float(best[0]), float(best[1])) if stall_s > 0 else None
+    lo, hi = np.exp(best)
+    return Memory(stall_s, float(lo), float(hi)) if stall_s > 0 else None
 
 
 def fit_passes(timed: dict | None) -> Passes | None:
