@@ -5,8 +5,8 @@
    stall_s x bytes x missing(bytes) (`predict.Memory`): t0, r and stall_s by non-negative
    least squares on relative errors for each pair of capacities `lo` < `hi` (between which the
    share that misses goes from 0 to 1): every pair of a log grid, then the grid's best few
-   refined (Powell's method on log `lo`, log `hi`), so that the capacities need not fall on
-   the grid; timings made from known capacities are fitted back exactly.
+   refined (Powell's method on log `lo`, log `hi`): the capacities need not fall on the grid,
+   nor the stall per byte bend to make up for an edge placed between the probe's sizes.
 2. Each kernel (`fit_kernel`): its timings less the stalls it met alone (the probe's over its
    resident bytes: in a model, those come back as the model's own), fitted as a learned
    roofline (`WORK` coefficients, non-negative least squares on relative errors) times
