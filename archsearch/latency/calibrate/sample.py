@@ -4,10 +4,11 @@ neighbours of the worst predicted. The kernels take their passes in turn (`Sampl
 slow spell of a shared machine then touches a few shapes of every kernel rather than all of one.
 
 A random point is stratified: each is the one of `CANDIDATES` random points whose knob values
-(its width, heads, batch, prompt, ...) the kernel's shapes so far hold least often. Some fifty
-independent draws over five or six knobs often leave a knob's largest values out, and the fit
-then extrapolates to the shapes a large model's prefill runs; which shapes a calibration timed
-moves its TTFT accuracy as much as how many (`benchmarks/bench_latency_same_timings.py`).
+(its width, heads, batch, prompt, ...) the kernel's shapes so far hold least often, for their
+knob's number of values (`least_taken`). Some fifty independent draws over five or six knobs
+often leave a knob's largest values out, and the fit then extrapolates to the shapes a large
+model's prefill runs; which shapes a calibration timed moves its TTFT accuracy as much as how
+many (`benchmarks/bench_latency_same_timings.py`).
 """
 
 from __future__ import annotations
@@ -55,8 +56,15 @@ def kernel_rows(shape: timing.Shape) -> tuple[np.ndarray, np.ndarray, float]:
 
 def least_taken(candidates: list[timing.Shape], taken: Counter) -> timing.Shape:
     """The first of `candidates` (in random order) whose knob values, (knob, grid index)
-    pairs, the shapes `taken` so far hold least often in all."""
-    return min(candidates, key=lambda shape: sum(taken[v] for v in shape.index))
+    pairs, the shapes `taken` so far hold least often in all, each value's count in units of
+    its knob's fair share (the count x the knob's number of values): a knob of eleven values,
+    whose counts are small, weighs as much as a knob of two."""
+
+    def held(shape: timing.Shape) -> int:
+        grid = timing.GRIDS[shape.kernel]
+        return sum(taken[v] * len(grid[v[0]]) for v in shape.index)
+
+    return min(candidates, key=held)
 
 
 def valid(shape: timing.Shape) -> bool:
