@@ -46,9 +46,7 @@ def grid_only(sizes, seconds) -> Memory | None:
     base = np.column_stack([np.ones_like(sizes), sizes]) / seconds[:, None]
 
     def residual(span) -> tuple[float, np.ndarray]:
-        stalls = Memory(1.0, *span).byte_stalls(sizes) / seconds
-        coef, res = fit.nnls(np.column_stack([base, stalls]), np.ones_like(sizes))
-        return res, coef
+        return fit.span_fit(sizes, seconds, *span)
 
     if fit.nnls(base, np.ones_like(sizes))[1] <= fit.NOISE * math.sqrt(len(sizes)):
         return None
@@ -98,9 +96,7 @@ def synthetic(draws: int, noise: float, seed: int = 0) -> dict:
 def probe_residual(probe: Memory, sizes, seconds) -> float:
     """The RMS relative residual of the probe's times under `probe`'s capacities."""
     sizes, seconds = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
-    stalls = Memory(1.0, probe.lo, probe.hi).byte_stalls(sizes)
-    A = np.column_stack([np.ones_like(sizes), sizes, stalls]) / seconds[:, None]
-    return fit.nnls(A, np.ones_like(sizes))[1] / math.sqrt(len(sizes))
+    return fit.span_fit(sizes, seconds, probe.lo, probe.hi)[0] / math.sqrt(len(sizes))
 
 
 def calibration(raw: dict) -> dict:

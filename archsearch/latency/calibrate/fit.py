@@ -38,7 +38,7 @@ from archsearch.latency.kernels import KERNELS, PHASES
 from archsearch.latency.predict import KernelFit, Memory, Passes
 
 __all__ = ["TERMS", "by_working_set", "fit_kernel", "fit_memory", "fit_memory_terms", "left_out"]
-__all__ += ["fit_passes", "model_terms", "p90_bound", "pooled_check", "stalls_alone"]
+__all__ += ["fit_passes", "model_terms", "p90_bound", "pooled_check", "span_fit", "stalls_alone"]
 
 TERMS = ("trees", "stalls", "miss", "overlap", "passes")  # what `without` may leave out
 TREES = dict(trees=100, depth=3, rate=0.1, min_leaf=3)  # each kernel's correction
@@ -61,6 +61,15 @@ def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
     return x / norm, float(residual)
 
 
+def span_fit(sizes: np.ndarray, seconds: np.ndarray, lo: float, hi: float) -> tuple:
+    """The probe's timings fitted with the cache's capacities at `lo` .. `hi` bytes: (the
+    residual of the relative errors, [t0, r, stall_s]) by non-negative least squares."""
+    stalls = Memory(1.0, lo, hi).byte_stalls(sizes)
+    A = np.column_stack([np.ones_like(sizes), sizes, stalls]) / seconds[:, None]
+    coef, residual = nnls(A, np.ones_like(sizes))
+    return residual, coef
+
+
 def fit_memory(sizes: Iterable[float], seconds: Iterable[float]) -> Memory | None:
     """The machine's memory stalls from the probe's timings (step 1): every pair of capacities
     on a log grid, the `STARTS` best refined; None where a straight line (no cache level)
@@ -68,13 +77,11 @@ def fit_memory(sizes: Iterable[float], seconds: Iterable[float]) -> Memory | Non
     from scipy.optimize import minimize
 
     sizes, seconds = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
-    base = np.column_stack([np.ones_like(sizes), sizes]) / seconds[:, None]
 
     def fit(log_span) -> tuple[float, np.ndarray]:
-        stalls = Memory(1.0, *np.exp(np.sort(log_span))).byte_stalls(sizes) / seconds
-        coef, residual = nnls(np.column_stack([base, stalls]), np.ones_like(sizes))
-        return residual, coef
+        return span_fit(sizes, seconds, *np.exp(np.sort(log_span)))
 
+    base = np.column_stack([np.ones_like(sizes), sizes]) / seconds[:, None]
     if nnls(base, np.ones_like(sizes))[1] <= NOISE * math.sqrt(len(sizes)):
         return None
     points = 1 + math.ceil(math.log(sizes.max() / sizes.min()) / math.log(GRID))
