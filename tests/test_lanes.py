@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,45 @@ def test_a_fast_test_that_starts_a_process_fails_saying_to_mark_it_slow():
 @pytest.mark.slow
 def test_a_slow_test_may_start_one():
     assert subprocess.run(["true"], check=False).returncode == 0
+
+
+GROUPED = """
+import os
+
+import pytest
+
+
+def record(name):
+    with open(os.path.join(os.environ["LANES_OUT"], name), "w") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"])
+
+
+@pytest.mark.xdist_group("shared")
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(i):
+    record(f"grouped-{i}")
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_free(i):
+    record(f"free-{i}")
+"""
+
+
+@pytest.mark.slow
+def test_the_tests_of_one_xdist_group_run_on_one_worker(tmp_path, monkeypatch):
+    # `make test` relies on it to start a module's cluster or exported programs once; a pytest
+    # that drops the group marks (9.2 with pytest-xdist 3.8) spreads them over both workers
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("LANES_OUT", str(out))
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
+    res = subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    workers = {p.name: p.read_text() for p in out.iterdir()}
+    assert len(workers) == 12
+    assert len({w for name, w in workers.items() if name.startswith("grouped")}) == 1, workers
