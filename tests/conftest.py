@@ -32,8 +32,16 @@ def _fixed_terminal_width():
     os.environ["COLUMNS"] = "160"
 
 
+@pytest.fixture(scope="session")
+def _matplotlib_font_list():
+    """matplotlib lists the machine's fonts on its first import on a machine, by running
+    `fc-list`, and keeps the list in its user cache: importing it here, once per worker and
+    before any guard is in place, makes a fresh machine run the fast lane as a warm one does."""
+    import matplotlib.font_manager  # noqa: F401
+
+
 @pytest.fixture(autouse=True)
-def _fast_tests_start_no_process(request, monkeypatch):
+def _fast_tests_start_no_process(request, monkeypatch, _matplotlib_font_list):
     """The fast lane (`make test-fast`: tests not marked slow) holds unit and property tests,
     in this process: a test that starts a process through `subprocess` (the command line, an
     interpreter, a server, a script) fails here until it is marked slow."""

@@ -114,3 +114,31 @@ def test_the_tests_of_one_xdist_group_run_on_one_worker(tmp_path, monkeypatch):
     workers = {p.name: p.read_text() for p in out.iterdir()}
     assert len(workers) == 12
     assert len({w for name, w in workers.items() if name.startswith("grouped")}) == 1, workers
+
+
+PLOTS = """
+def test_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.plot([0, 1], [1, 0])
+"""
+
+
+@pytest.mark.slow
+def test_a_fast_test_that_plots_passes_on_a_machine_with_no_font_cache(tmp_path, monkeypatch):
+    # matplotlib runs `fc-list` the first time it is imported on a machine; the suite's
+    # guard against processes in fast tests must not turn that into a failure of the first
+    # plotting test of a fresh checkout
+    (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text())
+    (tmp_path / "test_plots.py").write_text(PLOTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))  # matplotlib's cache, empty
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
+    res = subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert list((tmp_path / "mpl").glob("fontlist-*.json"))
