@@ -58,7 +58,7 @@ import optuna
 
 from archsearch.errors import UserError
 from archsearch.space import SearchSpace, assignments, count, sample_assignment
-from archsearch.sweep.pricing import assess
+from archsearch.sweep.pricing import Assessed, assess, assess_all
 
 __all__ = ["N_STARTUP", "POOL", "EHVISampler", "expected_improvement", "trained_objective"]
 
@@ -183,8 +183,9 @@ class EHVISampler(optuna.samplers.BaseSampler):
             else:  # a number, finite or not: one column, its log when positive
                 self._columns.append((p.name, None))
         pool: dict[str, _Candidate] = {}
-        for a in self._draws():
-            c = self._candidate(a)
+        draws = self._draws()
+        for a, got in zip(draws, assess_all(self.space, [], self.device, draws)):
+            c = self._candidate(a, got)
             if c is not None:
                 pool.setdefault(c.arch_hash, c)
         if pool:  # standardise the features over the pool
@@ -193,10 +194,12 @@ class EHVISampler(optuna.samplers.BaseSampler):
             self._scale = (mean, np.where(std > 0, std, 1.0))
         return pool
 
-    def _candidate(self, assignment: dict[str, Any]) -> _Candidate | None:
-        """A feasible assignment priced (None: invalid or infeasible)."""
+    def _candidate(
+        self, assignment: dict[str, Any], got: Assessed | None = None
+    ) -> _Candidate | None:
+        """A feasible assignment priced (None: invalid or infeasible); `got`: its `assess`."""
         key = _key(assignment)
-        got = assess(self.space, [], self.device, assignment)
+        got = assess(self.space, [], self.device, assignment) if got is None else got
         if got.status is not None or got.priced is None:
             self._by_key[key] = None
             return None

@@ -15,7 +15,7 @@ import random
 
 from archsearch.errors import UserError
 from archsearch.space import SearchSpace
-from archsearch.sweep.pricing import price
+from archsearch.sweep.pricing import Priced, price_all
 
 __all__ = ["study_reference"]
 
@@ -73,7 +73,7 @@ def _vocab_size(space: SearchSpace) -> int:
     return max(sizes) if sizes else 256
 
 
-def _feasible(space: SearchSpace, device: str):
+def _feasible(space: SearchSpace, device: str) -> list[Priced]:
     from archsearch.space import assignments, build, count
     from archsearch.space.candidates import sample_assignment
 
@@ -83,9 +83,5 @@ def _feasible(space: SearchSpace, device: str):
         source = (sample_assignment(space, rng) for _ in range(PROBES))
     else:
         source = assignments(space)
-    for a in source:
-        cand = build(space, a)
-        if cand.ok:
-            priced = price(space, [], device, cand.arch)
-            if priced.feasible:
-                yield priced
+    archs = [cand.arch for cand in (build(space, a) for a in source) if cand.ok]
+    return [priced for priced in price_all(space, [], device, archs) if priced.feasible]
