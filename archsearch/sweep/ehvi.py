@@ -194,12 +194,10 @@ class EHVISampler(optuna.samplers.BaseSampler):
             self._scale = (mean, np.where(std > 0, std, 1.0))
         return pool
 
-    def _candidate(
-        self, assignment: dict[str, Any], got: Assessed | None = None
-    ) -> _Candidate | None:
-        """A feasible assignment priced (None: invalid or infeasible); `got`: its `assess`."""
+    def _candidate(self, assignment: dict[str, Any], got: Assessed) -> _Candidate | None:
+        """A feasible assignment, `got` its `assess`, as a pool candidate (None: invalid or
+        infeasible)."""
         key = _key(assignment)
-        got = assess(self.space, [], self.device, assignment) if got is None else got
         if got.status is not None or got.priced is None:
             self._by_key[key] = None
             return None
@@ -227,7 +225,7 @@ class EHVISampler(optuna.samplers.BaseSampler):
     def _hash_of(self, params: dict[str, Any]) -> str | None:
         key = _key(params)
         if key not in self._by_key:  # a trial from outside the pool (an earlier run's sampler)
-            c = self._candidate(params)
+            c = self._candidate(params, assess(self.space, [], self.device, params))
             if c is not None and self._pool is not None:
                 self._pool.setdefault(c.arch_hash, c)
         return self._by_key.get(key)

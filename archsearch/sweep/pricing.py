@@ -153,13 +153,7 @@ def assess(space: SearchSpace, devices: list[str], device: str, assignment) -> A
     """Build `assignment` (a dict, or a callable returning one: Optuna's suggestions) and price
     it; never raises for a candidate-specific failure."""
     built = _build(space, assignment)
-    if isinstance(built, Assessed):
-        return built
-    try:
-        priced = price(space, devices, device, built)
-    except Exception as err:
-        return Assessed(None, Status.INVALID, raised("pricing the candidate", err), ("error",))
-    return _judged(priced)
+    return built if isinstance(built, Assessed) else _priced_alone(space, devices, device, built)
 
 
 def assess_all(space: SearchSpace, devices: list[str], device: str, assignments) -> list[Assessed]:
@@ -171,8 +165,7 @@ def assess_all(space: SearchSpace, devices: list[str], device: str, assignments)
         priced = iter(price_all(space, devices, device, archs))
     except Exception:
         return [
-            b if isinstance(b, Assessed) else assess(space, devices, device, a)
-            for a, b in zip(assignments, out)
+            b if isinstance(b, Assessed) else _priced_alone(space, devices, device, b) for b in out
         ]
     return [b if isinstance(b, Assessed) else _judged(next(priced)) for b in out]
 
@@ -186,6 +179,17 @@ def _build(space: SearchSpace, assignment) -> ArchConfig | Assessed:
     if not cand.ok:
         return Assessed(None, Status.INVALID, f"{cand.reason}: {cand.message}", (cand.reason,))
     return cand.arch
+
+
+def _priced_alone(
+    space: SearchSpace, devices: list[str], device: str, arch: ArchConfig
+) -> Assessed:
+    """A built candidate priced and judged; a failure to price makes it invalid."""
+    try:
+        priced = price(space, devices, device, arch)
+    except Exception as err:
+        return Assessed(None, Status.INVALID, raised("pricing the candidate", err), ("error",))
+    return _judged(priced)
 
 
 def _judged(priced: Priced) -> Assessed:
