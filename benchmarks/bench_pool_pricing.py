@@ -17,29 +17,23 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from pathlib import Path
 
 from archsearch.cost.evaluate import columns
 from archsearch.resources import shipped_names, spaces_dir
-from archsearch.space import assignments, build, count, load_space, sample_assignment
+from archsearch.space import build, draws, load_space
+from archsearch.sweep.ehvi import POOL
 from archsearch.sweep.pricing import price, price_all
 
 OUT = Path(__file__).parent / "results" / "pool_pricing.json"
-POOL = 528  # the ehvi sampler's pool of a space too large to enumerate
 ROUNDS = 5
 DEVICE = "rpi5"
 
 
 def pool(space) -> list:
     """The built architectures of the space's pool (invalid candidates left out)."""
-    if count(space) <= POOL:
-        draws = list(assignments(space))
-    else:
-        rng = random.Random(0)
-        draws = [sample_assignment(space, rng) for _ in range(POOL)]
-    return [c.arch for c in (build(space, a) for a in draws) if c.ok]
+    return [c.arch for c in (build(space, a) for a in draws(space, POOL)) if c.ok]
 
 
 def one_by_one(space, archs: list) -> list:

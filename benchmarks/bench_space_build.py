@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from pathlib import Path
 
 from archsearch.resources import shipped_names, spaces_dir
-from archsearch.space import assign, assignments, build, count, load_space, sample_assignment
+from archsearch.space import assign, build, draws, load_space
 
 OUT = Path(__file__).parent / "results" / "space_build.json"
 SAMPLE = 600  # candidates of a space too large to enumerate
@@ -30,11 +29,7 @@ ROUNDS = 3
 
 
 def drawn(name: str) -> list[dict]:
-    space = load_space(name)
-    if count(space) <= SAMPLE:
-        return list(assignments(space))
-    rng = random.Random(0)
-    return [sample_assignment(space, rng) for _ in range(SAMPLE)]
+    return list(draws(load_space(name), SAMPLE))
 
 
 def build_all(name: str, draws: list[dict], kept: bool) -> tuple[float, list]:

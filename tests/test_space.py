@@ -431,6 +431,25 @@ def test_continuous_spaces_count_as_infinite_and_refuse_enumeration():
     assert len(sample(sp, 5, seed=1).candidates) == 5
 
 
+@settings(max_examples=20, deadline=None)
+@given(limit=st.integers(1, 700), seed=st.integers(0, 5))
+def test_draws_enumerate_a_space_within_the_limit_and_sample_a_larger_one(limit, seed):
+    sp = load_space("tiny")  # 528 assignments
+    got = list(candidates.draws(sp, limit, seed))
+    if count(sp) <= limit:
+        assert got == list(assignments(sp))
+    else:
+        rng = random.Random(seed)
+        assert got == [candidates.sample_assignment(sp, rng) for _ in range(limit)]
+        assert got == list(candidates.draws(sp, limit, seed))  # seeded
+
+
+def test_a_continuous_space_is_always_drawn():
+    sp = space({"attention.rope_theta": "interval(1e3, 1e6)"})
+    got = list(candidates.draws(sp, 3))
+    assert len(got) == 3 and len({a["attention.rope_theta"] for a in got}) == 3
+
+
 def test_sampling_is_reproducible_and_seed_dependent():
     sp = load_space("tiny")
     a = sample(sp, 10, seed=7)

@@ -11,7 +11,6 @@ set where the device profile gives bands) (`margin_errors`).
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +22,7 @@ from archsearch.cost.ops import Columns
 from archsearch.errors import UserError
 from archsearch.latency.evaluate import spec_errors
 from archsearch.metrics import Constraint, MetricSpec
-from archsearch.space import Candidate, SearchSpace, assignments, build, count
-from archsearch.space.candidates import sample_assignment
+from archsearch.space import Candidate, SearchSpace, build, count, draws
 
 
 @dataclass
@@ -68,14 +66,9 @@ def prune(
     sampled = math.isinf(size) or size > limit
     total = limit if sampled else int(size)
     every = max(1, math.ceil(total / PROGRESS_STEPS))
-    if sampled:
-        rng = random.Random(seed)
-        source = (sample_assignment(space, rng) for _ in range(limit))
-    else:
-        source = assignments(space)
     res = PruneResult(space.name, device, 0, sampled=sampled)
     seen: set[str] = set()
-    for a in source:
+    for a in draws(space, limit, seed):
         res.assignments += 1
         cand = build(space, a)
         if not cand.ok:

@@ -134,6 +134,18 @@ def count(space: SearchSpace) -> int | float:
     return n if math.isinf(n) else int(n)
 
 
+def draws(space: SearchSpace, limit: int, seed: int = 0) -> Iterator[dict[str, Any]]:
+    """Every assignment of a space of at most `limit` (in `assignments`' order), else `limit`
+    random ones drawn with `seed` (a continuous space is always drawn): what a command looks
+    at of a space too large to enumerate."""
+    if count(space) <= limit:
+        yield from assignments(space)
+        return
+    rng = random.Random(seed)
+    for _ in range(limit):
+        yield sample_assignment(space, rng)
+
+
 def sample_assignment(space: SearchSpace, rng: random.Random) -> dict[str, Any]:
     """One random assignment: every active parameter drawn from its domain."""
     current: dict[str, Any] = {}

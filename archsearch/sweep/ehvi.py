@@ -9,9 +9,9 @@ about what those samplers spend before they model anything. This sampler spends 
 one unknown:
 
 1. **The pool**: the space's assignments (all of them, up to `POOL`; a larger or continuous
-   space: a seeded sample of `POOL` draws), built and priced once (`pricing.assess`); the
-   feasible ones, one per architecture hash, are the candidates, each with its known
-   objective values.
+   space: a seeded sample of `POOL` draws, `space.draws`), built and priced once, together
+   (`pricing.assess_all`); the feasible ones, one per architecture hash, are the candidates,
+   each with its known objective values.
 2. **The surrogate** of the trained objective (the loss): a Bayesian linear model
    (scikit-learn's `BayesianRidge`, which fits its own prior and noise precisions, so its
    predictive std widens where the data say little) on the trials trained so far. Features,
@@ -57,7 +57,7 @@ import numpy as np
 import optuna
 
 from archsearch.errors import UserError
-from archsearch.space import SearchSpace, assignments, count, sample_assignment
+from archsearch.space import SearchSpace, draws
 from archsearch.sweep.pricing import Assessed, assess, assess_all
 
 __all__ = ["N_STARTUP", "POOL", "EHVISampler", "expected_improvement", "trained_objective"]
@@ -169,12 +169,6 @@ class EHVISampler(optuna.samplers.BaseSampler):
 
     # -- the pool -------------------------------------------------------------------------------
 
-    def _draws(self) -> list[dict[str, Any]]:
-        if count(self.space) <= POOL:
-            return list(assignments(self.space))
-        rng = random.Random(0)
-        return [sample_assignment(self.space, rng) for _ in range(POOL)]
-
     def _build_pool(self) -> dict[str, _Candidate]:
         for p in self.space.params:  # a categorical parameter: one column per value
             values = p.domain.values() if p.domain.finite else []
@@ -183,8 +177,8 @@ class EHVISampler(optuna.samplers.BaseSampler):
             else:  # a number, finite or not: one column, its log when positive
                 self._columns.append((p.name, None))
         pool: dict[str, _Candidate] = {}
-        draws = self._draws()
-        for a, got in zip(draws, assess_all(self.space, [], self.device, draws)):
+        drawn = list(draws(self.space, POOL))
+        for a, got in zip(drawn, assess_all(self.space, [], self.device, drawn)):
             c = self._candidate(a, got)
             if c is not None:
                 pool.setdefault(c.arch_hash, c)

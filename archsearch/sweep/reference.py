@@ -11,7 +11,6 @@ hypervolumes of two runs of the same space compare.
 from __future__ import annotations
 
 import math
-import random
 
 from archsearch.errors import UserError
 from archsearch.space import SearchSpace
@@ -74,14 +73,7 @@ def _vocab_size(space: SearchSpace) -> int:
 
 
 def _feasible(space: SearchSpace, device: str) -> list[Priced]:
-    from archsearch.space import assignments, build, count
-    from archsearch.space.candidates import sample_assignment
+    from archsearch.space import build, draws
 
-    size = count(space)
-    if math.isinf(size) or size > PROBES:
-        rng = random.Random(0)
-        source = (sample_assignment(space, rng) for _ in range(PROBES))
-    else:
-        source = assignments(space)
-    archs = [cand.arch for cand in (build(space, a) for a in source) if cand.ok]
+    archs = [cand.arch for cand in (build(space, a) for a in draws(space, PROBES)) if cand.ok]
     return [priced for priced in price_all(space, [], device, archs) if priced.feasible]

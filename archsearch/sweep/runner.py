@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import sys
 import time
 from functools import partial
@@ -68,18 +67,11 @@ FEASIBILITY_PROBES = 2000  # candidates checked for feasibility before a sweep s
 def check_feasible(space: SearchSpace, device: str) -> int:
     """Return how many of the first candidates are feasible; raise when none is. A candidate
     that raises while it is built or priced counts as rejected (`assess`)."""
-    from archsearch.space import assignments, count
-    from archsearch.space.candidates import sample_assignment
+    from archsearch.space import draws
 
-    size = count(space)
-    if math.isinf(size) or size > FEASIBILITY_PROBES:
-        rng = random.Random(0)
-        source = (sample_assignment(space, rng) for _ in range(FEASIBILITY_PROBES))
-    else:
-        source = assignments(space)
     seen_valid = 0
     reasons: dict[str, int] = {}
-    for a in source:
+    for a in draws(space, FEASIBILITY_PROBES):
         got = assess(space, [], device, a)
         if got.status is None:
             return 1
