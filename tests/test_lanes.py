@@ -74,6 +74,13 @@ def test_a_slow_test_may_start_one():
     assert subprocess.run(["true"], check=False).returncode == 0
 
 
+def pytest_passes_in(folder: Path, *args: str) -> None:
+    """pytest run on the test modules written into `folder`, in its own process, passes."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    res = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 GROUPED = """
 import os
 
@@ -106,11 +113,7 @@ def test_the_tests_of_one_xdist_group_run_on_one_worker(tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setenv("LANES_OUT", str(out))
-    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
-    res = subprocess.run(
-        [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    pytest_passes_in(tmp_path, "-n", "2", "--dist", "loadgroup")
     workers = {p.name: p.read_text() for p in out.iterdir()}
     assert len(workers) == 12
     assert len({w for name, w in workers.items() if name.startswith("grouped")}) == 1, workers
@@ -136,9 +139,5 @@ def test_a_fast_test_that_plots_passes_on_a_machine_with_no_font_cache(tmp_path,
     (tmp_path / "test_plots.py").write_text(PLOTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))  # matplotlib's cache, empty
-    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"]
-    res = subprocess.run(
-        [sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
+    pytest_passes_in(tmp_path, "-m", "not slow")
     assert list((tmp_path / "mpl").glob("fontlist-*.json"))
