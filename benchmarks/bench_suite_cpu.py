@@ -6,7 +6,7 @@ it: the pytest workers (the tests that run in-process), the `archsearch` command
 (sweep drivers above all), the Ray workers (trials and calibration tasks), Ray's raylet and GCS,
 Ray's other daemons, PostgreSQL, Chromium.
 
-It reads every process's CPU time from /proc every `PERIOD` seconds. A process that ends
+It reads every process's CPU time (psutil, from /proc) every `PERIOD` seconds. A process that ends
 between two reads loses at most its last period, so the kinds add up to a little less than the
 machine's busy time over the run (/proc/stat), printed beside them. Each process is filed under
 its command line when seen a second time (seen first between its fork and its exec, it shows its
@@ -30,9 +30,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
+
 OUT = Path(__file__).parent / "results" / "suite_cpu.json"
 PERIOD = 0.2  # seconds between two reads of /proc
-TICK = os.sysconf("SC_CLK_TCK")
 RAY_DAEMONS = ("dashboard", "runtime_env", "log_monitor", "monitor.py", "ray start")
 
 
@@ -58,27 +59,21 @@ def kind(cmdline: str, comm: str) -> str:
     return "other"
 
 
-def processes() -> dict[tuple[str, str], tuple[str, float]]:
-    """(pid, start time) -> (comm, CPU-seconds) of every process now."""
+def processes() -> dict[tuple[int, float], tuple[psutil.Process, float]]:
+    """(pid, start time) -> (the process, its CPU-seconds) of every process now."""
     out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:  # ended since the listing
-            continue
-        comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
-        fields = rest.split()
-        out[(pid, fields[19])] = (comm, (int(fields[11]) + int(fields[12])) / TICK)
+    for proc in psutil.process_iter(["create_time", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is not None:  # None: not ours to read
+            out[(proc.pid, proc.info["create_time"])] = (proc, times.user + times.system)
     return out
 
 
 def busy_seconds() -> tuple[float, float]:
-    """(busy, total) CPU-seconds of the machine since boot (/proc/stat)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    idle = values[3] + values[4]
-    return (sum(values) - idle) / TICK, sum(values) / TICK
+    """(busy, total) CPU-seconds of the machine since boot (guest time is already in user)."""
+    t = psutil.cpu_times()
+    total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+    return total - t.idle - getattr(t, "iowait", 0.0), total
 
 
 class Sampler(threading.Thread):
@@ -87,19 +82,18 @@ class Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.before = {key: cpu for key, (_, cpu) in processes().items()}
-        self.seen: dict[tuple[str, str], list] = {}
+        self.seen: dict[tuple[int, float], list] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.is_set():
-            for key, (comm, cpu) in processes().items():
+            for key, (proc, cpu) in processes().items():
                 entry = self.seen.setdefault(key, ["other", 0.0, 0])
                 if entry[2] < 2:  # first seen between fork and exec, it shows its parent's
                     try:
-                        cmdline = Path(f"/proc/{key[0]}/cmdline").read_bytes()
-                    except OSError:  # ended since
+                        entry[0] = kind(" ".join(proc.cmdline()), proc.name())
+                    except psutil.Error:  # ended since
                         continue
-                    entry[0] = kind(cmdline.replace(b"\0", b" ").decode(errors="replace"), comm)
                     entry[2] += 1
                 entry[1] = cpu - self.before.get(key, 0.0)
             self.done.wait(PERIOD)

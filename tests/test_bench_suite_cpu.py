@@ -64,5 +64,5 @@ def test_the_sampler_reads_the_cpu_time_of_a_process_that_ended_while_it_ran():
     seconds, count = sampler.by_kind()
     assert seconds["other Python"] >= 0.6 - bench.PERIOD - 0.05, seconds
     assert count["other Python"] >= 1
-    (mine,) = [e[1] for (pid, _), e in sampler.seen.items() if pid == str(os.getpid())]
+    (mine,) = [e[1] for (pid, _), e in sampler.seen.items() if pid == os.getpid()]
     assert mine < 0.5 < spent_before  # it waited on the child (and sampled) meanwhile
