@@ -193,32 +193,13 @@ def _priced(data, first: str) -> list[str]:
 
 
 def export_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch import yamlio
-    from archsearch.analysis.export import (
-        RECIPE_SUFFIX,
-        hf_config,
-        recipe_path,
-        recipe_text,
-        write_files,
-    )
-    from archsearch.arch import ArchConfig
+    from archsearch.analysis.export import hf_config, write_files
 
     if cfg.trial is None:
         raise UserError("name the trial to export: trial=N (see `archsearch pareto`)", key="trial")
     data = _open(cfg)
     r = data.record(cfg.trial)
-    if not isinstance(r.attrs.get("arch"), dict):
-        raise UserError(
-            f"trial {r.number} has no architecture ({r.status or r.state}: {r.reason or '-'})",
-            key="trial",
-        )
-    name = check_name(cfg.name or f"{data.name}_trial{r.number}", what="preset", key="name")
-    try:
-        arch = ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
-    except UserError as err:
-        raise UserError(
-            f"trial {r.number}'s stored architecture does not read as one: {err}", key="trial"
-        ) from None
+    arch = _exported_arch(data, r, cfg.name)
     out = Path(cfg.out) if cfg.out else (data.home or Path("runs")) / "export"
     if not cfg.out and out.is_symlink():
         raise UserError(
@@ -228,39 +209,15 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         )
     out = check_writable_dir(out, key="out")
     values = dict(zip(data.objectives, r.values)) if r.values is not None else {}
-    preset = out / f"{name}.yaml"
-    header = [
-        f"# Trial {r.number} of study {data.name!r} ({r.status or r.state}); arch hash "
-        f"{r.attrs.get('arch_hash')}",
-        *[f"#   {k} = {v:.6g}" for k, v in values.items()],
-        f"# Train it as the sweep did: archsearch train arch={preset}",
-        f"# (the recipe is {preset.stem}{RECIPE_SUFFIX}; add budget=... to train it longer)",
-    ]
-    files = {preset: "\n".join(header) + "\n" + arch.to_yaml()}
-    back = ArchConfig.from_dict(yamlio.loads(files[preset], source=str(preset)))
-    assert back.arch_hash == arch.arch_hash  # it reads back the same
-    recipe = None
-    if data.meta.get("train") is not None:
-        from archsearch.trainers.lr_search import at_trained_rate, trained_rate
-
-        rate = trained_rate(r.attrs.get("lr_search"))
-        recipe = recipe_path(preset)
-        files[recipe] = recipe_text(
-            at_trained_rate(data.meta["train"], r.attrs.get("lr_search")),
-            [
-                f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
-                "ran it.",
-                *([f"# lr: the rate its learning-rate search chose ({rate:g})"] if rate else []),
-                f"# archsearch train arch={preset} reads it; key=value on the command line wins.",
-            ],
-        )
+    preset = out / f"{arch.name}.yaml"
+    files, recipe = _export_files(data, r, arch, preset, values)
     hf = hf_config(arch)
     hf_path = None
     if hf.config is not None:
-        hf_path = out / name / "config.json"
+        hf_path = out / arch.name / "config.json"
         files[hf_path] = json.dumps(hf.to_json(), indent=2) + "\n"
     write_files(out, files, overwrite=cfg.overwrite)
-    data_out = {
+    summary = {
         "trial": r.number,
         "status": r.status,
         "fully_trained": r.fully_trained,
@@ -277,28 +234,88 @@ def export_cmd(_sub: str | None, cfg: Any) -> int:
         "hf_unmapped": {k: v for k, v in hf.unmapped},
     }
     if cfg.format == "json":
-        output.print_json(data_out)
-        return 0
-    con = output.console()
-    con.print(f"[bold]trial {r.number}[/bold] of {data.name}: {arch.summary()} ({r.status})")
+        output.print_json(summary)
+    else:
+        _print_export(output.console(), data.name, r, summary, hf)
+    return 0
+
+
+def _exported_arch(data, r, name: str | None):
+    """The architecture trial `r` stored, resolved and named `name` (by default
+    `<study>_trial<N>`)."""
+    from archsearch.arch import ArchConfig
+
+    if not isinstance(r.attrs.get("arch"), dict):
+        raise UserError(
+            f"trial {r.number} has no architecture ({r.status or r.state}: {r.reason or '-'})",
+            key="trial",
+        )
+    name = check_name(name or f"{data.name}_trial{r.number}", what="preset", key="name")
+    try:
+        return ArchConfig.from_dict(r.attrs["arch"]).resolved().with_name(name)
+    except UserError as err:
+        raise UserError(
+            f"trial {r.number}'s stored architecture does not read as one: {err}", key="trial"
+        ) from None
+
+
+def _export_files(data, r, arch, preset: Path, values: dict) -> tuple[dict[Path, str], Path | None]:
+    """The preset of trial `r` (a header saying where it came from, then its YAML, checked to
+    read back as the same architecture) and, where the study stored its training settings, its
+    training recipe at the rate its learning-rate search chose: ({path: text}, recipe path)."""
+    from archsearch import yamlio
+    from archsearch.analysis.export import RECIPE_SUFFIX, recipe_path, recipe_text
+    from archsearch.arch import ArchConfig
+
+    header = [
+        f"# Trial {r.number} of study {data.name!r} ({r.status or r.state}); arch hash "
+        f"{r.attrs.get('arch_hash')}",
+        *[f"#   {k} = {v:.6g}" for k, v in values.items()],
+        f"# Train it as the sweep did: archsearch train arch={preset}",
+        f"# (the recipe is {preset.stem}{RECIPE_SUFFIX}; add budget=... to train it longer)",
+    ]
+    files = {preset: "\n".join(header) + "\n" + arch.to_yaml()}
+    back = ArchConfig.from_dict(yamlio.loads(files[preset], source=str(preset)))
+    assert back.arch_hash == arch.arch_hash  # it reads back the same
+    if data.meta.get("train") is None:
+        return files, None
+    from archsearch.trainers.lr_search import at_trained_rate, trained_rate
+
+    rate = trained_rate(r.attrs.get("lr_search"))
+    recipe = recipe_path(preset)
+    files[recipe] = recipe_text(
+        at_trained_rate(data.meta["train"], r.attrs.get("lr_search")),
+        [
+            f"# The training recipe of trial {r.number} of study {data.name!r}, as the sweep "
+            "ran it.",
+            *([f"# lr: the rate its learning-rate search chose ({rate:g})"] if rate else []),
+            f"# archsearch train arch={preset} reads it; key=value on the command line wins.",
+        ],
+    )
+    return files, recipe
+
+
+def _print_export(con, study: str, r, summary: dict[str, Any], hf) -> None:
+    """What `export` wrote, and how the architecture maps onto the Hugging Face config."""
+    from rich.markup import escape
+
+    preset, recipe = summary["preset"], summary["recipe"]
+    con.print(f"[bold]trial {r.number}[/bold] of {study}: {summary['summary']} ({r.status})")
     if not r.fully_trained:
         con.print(f"[yellow]note: not a fully trained feasible trial ({r.reason or r.status})")
     con.print(f"preset:      {preset}  (archsearch train arch={preset})")
     if recipe:
         con.print(f"recipe:      {recipe}  (the trial's training settings; train reads them)")
-    if hf_path is None:
+    if summary["hf_config"] is None:
         con.print(f"config.json: not written: {hf.unmapped[0][1]}")
-        return 0
+        return
     how = "exact" if hf.exact else "approximate: see the unmapped rows"
-    con.print(f"config.json: {hf_path}  ({hf.model_type}, {hf.library}; {how})")
-    from rich.markup import escape
-
+    con.print(f"config.json: {summary['hf_config']}  ({hf.model_type}, {hf.library}; {how})")
     rows = [[a, b, escape(json.dumps(v))] for a, b, v in hf.fields]
     rows += [[k, "[red]unmapped[/red]", escape(why)] for k, why in hf.unmapped]
     con.print(
         output.table("ArchConfig -> config.json", ["archsearch", "config.json", "value"], rows)
     )
-    return 0
 
 
 # ---- archsearch dashboard -----------------------------------------------------------------------
@@ -358,26 +375,11 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
 
     from archsearch.analysis.profile import Settings, plot_all, profile, summary_rows
     from archsearch.arch import load_arch
+    from archsearch.cli.progress import StepProgress
     from archsearch.latency import load_device
     from archsearch.metrics import parse_quantity
 
-    names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
-    devices = [d.strip() for d in str(cfg.device).split(",") if d.strip()]
-    if not names:
-        raise UserError("name at least one architecture", key="arch")
-    if not devices:
-        raise UserError("name at least one device profile", key="device")
-    for key in ("prompt", "repeats", "threads"):
-        if getattr(cfg, key) <= 0:
-            raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
-    for key in ("lengths", "batches"):
-        values = list(getattr(cfg, key))
-        if not values or min(values) <= 0:
-            raise UserError(f"give positive numbers, got {values}", key=key)
-        if max(values) > MAX_TOKENS:
-            raise UserError(f"give numbers up to {MAX_TOKENS:,}, got {values}", key=key)
-    if cfg.repeats > MAX_REPEATS:
-        raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
+    names, devices = _check_profile_settings(cfg)
     max_params = parse_quantity(cfg.max_params, "count", source=None, key="max_params")
     archs = [load_arch(n) for n in names]
     devices = [load_device(d).name for d in devices]  # a profile file: by its name from here
@@ -392,8 +394,6 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         precision=cfg.precision,
         runtime=str(cfg.runtime),
     )
-    from archsearch.cli.progress import StepProgress
-
     with StepProgress("profile") as progress:
         results = profile(
             archs,
@@ -419,6 +419,39 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
     from rich.markup import escape
 
     con = output.console()
+    con.print(_profile_table(rows, devices, s))
+    for k, path in files.items():
+        con.print(escape(f"{k + ':':<22}{path}"))
+    return 0
+
+
+def _check_profile_settings(cfg: Any) -> tuple[list[str], list[str]]:
+    """`profile`'s counts and sizes checked: (architecture names, device names or paths)."""
+    names = [a.strip() for a in cfg.arch.split(",") if a.strip()]
+    devices = [d.strip() for d in str(cfg.device).split(",") if d.strip()]
+    if not names:
+        raise UserError("name at least one architecture", key="arch")
+    if not devices:
+        raise UserError("name at least one device profile", key="device")
+    for key in ("prompt", "repeats", "threads"):
+        if getattr(cfg, key) <= 0:
+            raise UserError(f"must be positive, got {getattr(cfg, key)}", key=key)
+    for key in ("lengths", "batches"):
+        values = list(getattr(cfg, key))
+        if not values or min(values) <= 0:
+            raise UserError(f"give positive numbers, got {values}", key=key)
+        if max(values) > MAX_TOKENS:
+            raise UserError(f"give numbers up to {MAX_TOKENS:,}, got {values}", key=key)
+    if cfg.repeats > MAX_REPEATS:
+        raise UserError(f"must be at most {MAX_REPEATS}, got {cfg.repeats}", key="repeats")
+    return names, devices
+
+
+def _profile_table(rows: list[dict], devices: list[str], s):
+    """Each architecture's measured state, step time, throughput and memory beside what each
+    device profile predicts (and, in a deploy runtime, its logits' distance from torch's)."""
+    from rich.markup import escape
+
     B, n = s.batches[0], s.lengths[-1]
     cols = [
         "arch",
@@ -447,16 +480,5 @@ def profile_cmd(_sub: str | None, cfg: Any) -> int:
         ]
         for r in rows
     ]
-    con.print(
-        output.table(
-            escape(
-                f"after a {s.prompt}-token prompt, {n} generated tokens, batch {B}, "
-                f"measured in {s.runtime}"
-            ),
-            [escape(c) for c in cols],
-            table_rows,
-        )
-    )
-    for k, path in files.items():
-        con.print(escape(f"{k + ':':<22}{path}"))
-    return 0
+    title = f"after a {s.prompt}-token prompt, {n} generated tokens, batch {B}, measured in "
+    return output.table(escape(title + s.runtime), [escape(c) for c in cols], table_rows)

@@ -81,80 +81,77 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
         return 0
     con = output.console()
     for rep in reports:
-        s = rep["settings"]
-        title = (
-            f"{rep['arch']} ({rep['summary']}) on {rep['device']}, {rep['precision']}: "
-            f"prompt {s['prompt']}, context {s['context']}, batch {s['batch']}"
-        )
-        rows = [
-            [
-                r["part"],
-                r["layers"] or "-",
-                f"{r['prefill_gflops']:.4g}",
-                f"{r['decode_mflops']:.4g}",
-                f"{r['ttft_ms']:.4g}",
-                f"{r['decode_ms']:.4g}",
-            ]
-            for r in rep["breakdown"]
-        ]
-        con.print(
-            output.table(
-                title,
-                [
-                    "part",
-                    "layers",
-                    "prefill GFLOPs",
-                    "decode MFLOPs/token",
-                    "TTFT ms",
-                    "decode ms/token",
-                ],
-                rows,
-            )
-        )
-        t, err = rep["totals"], rep["latency_error"]
-        lines = [
-            [
-                "params",
-                f"{output.human(t['params'])} (embedding {output.human(t['embedding_params'])}"
-                f", non-embedding {output.human(t['non_embedding_params'])}, active "
-                f"{output.human(t['active_params'])})",
-            ],
-            ["weights", output.human(t["weight_bytes"], "B") + f" at {rep['precision']}"],
-            [
-                "KV cache / state",
-                f"{output.human(t['cache_bytes_16bit'], 'B')} (16-bit), "
-                f"{output.human(t['cache_bytes_8bit'], 'B')} (8-bit), "
-                f"{output.human(t['cache_bytes_4bit'], 'B')} (4-bit) at context {s['context']}",
-            ],
-            ["peak inference memory", output.human(t["memory_bytes"], "B")],
-            [
-                "FLOPs",
-                f"prefill {output.human(t['prefill_flops'], 'FLOP')}, decode "
-                f"{output.human(t['decode_flops_per_token'], 'FLOP')}/token, training "
-                f"{output.human(t['train_flops_per_token'], 'FLOP')}/token",
-            ],
-            [
-                "time to first token",
-                f"{fmt_ms(t['ttft_ms'])} {fmt_error(err['ttft_ms'])} "
-                f"({output.human(t['prefill_tokens_per_s'])} tokens/s)",
-            ],
-            [
-                "decode",
-                f"{fmt_ms(t['decode_ms'])}/token {fmt_error(err['decode_ms'])} "
-                f"({output.human(t['decode_tokens_per_s'])} tokens/s)",
-            ],
-            [
-                f"end to end ({s['prompt']} + {s['generate']})",
-                f"{fmt_ms(t['e2e_ms'])} {fmt_error(err['e2e_ms'])}",
-            ],
-            ["latency error", rep["latency_provenance"]],
-        ]
-        for n in rep["notes"]:
-            lines.append(["note", n])
-        con.print(output.table("totals", ["", ""], lines))
+        print_report(con, rep)
     if plot_path:
         con.print(f"plot: {plot_path}")
     return 0
+
+
+def print_report(con, rep: dict[str, Any]) -> None:
+    """One architecture's cost report (`latency.breakdown.cost_report`) as two tables."""
+    con.print(parts_table(rep))
+    con.print(totals_table(rep))
+
+
+PART_COLUMNS = ["part", "layers", "prefill GFLOPs", "decode MFLOPs/token", "TTFT ms"]
+PART_COLUMNS += ["decode ms/token"]
+
+
+def parts_table(rep: dict[str, Any]):
+    """Each part of the model: its layers, FLOPs, TTFT and decode time."""
+    s = rep["settings"]
+    title = (
+        f"{rep['arch']} ({rep['summary']}) on {rep['device']}, {rep['precision']}: "
+        f"prompt {s['prompt']}, context {s['context']}, batch {s['batch']}"
+    )
+    rows = [
+        [r["part"], r["layers"] or "-"]
+        + [f"{r[k]:.4g}" for k in ("prefill_gflops", "decode_mflops", "ttft_ms", "decode_ms")]
+        for r in rep["breakdown"]
+    ]
+    return output.table(title, PART_COLUMNS, rows)
+
+
+def totals_table(rep: dict[str, Any]):
+    """The model's params, weights, cache, memory, FLOPs and latencies with their error."""
+    s, t, err, h = rep["settings"], rep["totals"], rep["latency_error"], output.human
+    lines = [
+        [
+            "params",
+            f"{h(t['params'])} (embedding {h(t['embedding_params'])}, non-embedding "
+            f"{h(t['non_embedding_params'])}, active {h(t['active_params'])})",
+        ],
+        ["weights", h(t["weight_bytes"], "B") + f" at {rep['precision']}"],
+        [
+            "KV cache / state",
+            f"{h(t['cache_bytes_16bit'], 'B')} (16-bit), {h(t['cache_bytes_8bit'], 'B')} "
+            f"(8-bit), {h(t['cache_bytes_4bit'], 'B')} (4-bit) at context {s['context']}",
+        ],
+        ["peak inference memory", h(t["memory_bytes"], "B")],
+        [
+            "FLOPs",
+            f"prefill {h(t['prefill_flops'], 'FLOP')}, decode "
+            f"{h(t['decode_flops_per_token'], 'FLOP')}/token, training "
+            f"{h(t['train_flops_per_token'], 'FLOP')}/token",
+        ],
+        [
+            "time to first token",
+            f"{fmt_ms(t['ttft_ms'])} {fmt_error(err['ttft_ms'])} "
+            f"({h(t['prefill_tokens_per_s'])} tokens/s)",
+        ],
+        [
+            "decode",
+            f"{fmt_ms(t['decode_ms'])}/token {fmt_error(err['decode_ms'])} "
+            f"({h(t['decode_tokens_per_s'])} tokens/s)",
+        ],
+        [
+            f"end to end ({s['prompt']} + {s['generate']})",
+            f"{fmt_ms(t['e2e_ms'])} {fmt_error(err['e2e_ms'])}",
+        ],
+        ["latency error", rep["latency_provenance"]],
+    ]
+    lines += [["note", n] for n in rep["notes"]]
+    return output.table("totals", ["", ""], lines)
 
 
 def plot_lengths(curves, labels: list[str], device, cfg: Any, path: Path) -> None:
@@ -204,7 +201,6 @@ def length_figure(curves, labels: list[str], device, cfg: Any):
 
 
 def prune_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.devices import describe_error
     from archsearch.latency import load_device
     from archsearch.latency.prune import prune, rank
     from archsearch.space import open_space
@@ -220,19 +216,32 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     with StepProgress(f"prune {space.name}") as progress:
         res = prune(space, device, limit=cfg.limit, seed=cfg.seed, progress=progress)
     elapsed = time.perf_counter() - t0
-    survivors = res.survivors
-    order = rank(space, survivors, device)
-    shown = [survivors[i] for i in order[: cfg.show]]
+    order = rank(space, res.survivors, device)
+    shown = [res.survivors[i] for i in order[: cfg.show]]
+    data = prune_summary(space.name, device, res, shown, elapsed)
+    if cfg.format == "json":
+        output.print_json(data)
+    else:
+        print_pruned(output.console(), res, shown, data)
+    return 0
+
+
+def prune_summary(space: str, device: str, res, shown: list, elapsed: float) -> dict[str, Any]:
+    """What `prune` found (`latency.prune.prune`'s result), as the JSON it prints: the counts,
+    what each constraint pruned, the latency error and margins, and the candidates `shown`."""
+    from archsearch.cost.devices import describe_error
+    from archsearch.latency import load_device
+
     idx = {id(c): i for i, c in enumerate(res.candidates)}
-    data = {
-        "space": space.name,
+    return {
+        "space": space,
         "device": device,
         "assignments": res.assignments,
         "sampled": res.sampled,
         "invalid": dict(res.invalid),
         "duplicates": res.duplicates,
         "candidates": len(res.candidates),
-        "survivors": len(survivors),
+        "survivors": len(res.survivors),
         "pruned_by_constraint": res.pruned_by,
         # [least, most] over the candidates of each latency constraint's relative error, and
         # of what each bound was widened by (margin: error)
@@ -252,66 +261,42 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
             for c in shown
         ],
     }
-    if cfg.format == "json":
-        output.print_json(data)
-        return 0
-    con = output.console()
+
+
+def print_pruned(con, res, shown: list, data: dict[str, Any]) -> None:
+    """`prune`'s result as tables: what was rejected and pruned, and the candidates `shown`."""
     how = "sampled" if res.sampled else "enumerated"
     con.print(
-        f"[bold]{space.name}[/bold] on {device}: {res.assignments:,} assignments {how}, "
-        f"{len(res.candidates):,} distinct valid candidates, "
-        f"[bold]{len(survivors):,} survive[/bold] ({elapsed:.2f} s)"
+        f"[bold]{data['space']}[/bold] on {data['device']}: {res.assignments:,} assignments "
+        f"{how}, {len(res.candidates):,} distinct valid candidates, "
+        f"[bold]{len(res.survivors):,} survive[/bold] ({data['seconds']:.2f} s)"
     )
     rows = [[reason, n] for reason, n in res.invalid.most_common()]
     rows.append(["duplicate architecture", res.duplicates])
-    rows += [
-        [
-            f"pruned by {name}"
-            + (
-                f" x (1 + {_percent_span(res.margins[name])}): margin: error"
-                if np.any(res.margins[name])
-                else ""
-            ),
-            n,
-        ]
-        for name, n in res.pruned_by.items()
-    ]
-    con.print(
-        output.table(
-            "rejected and pruned (a candidate can break several constraints)",
-            ["reason", "count"],
-            rows,
-        )
-    )
+    for name, n in res.pruned_by.items():
+        margin = res.margins[name]
+        widened = f" x (1 + {_percent_span(margin)}): margin: error" if np.any(margin) else ""
+        rows.append([f"pruned by {name}{widened}", n])
+    title = "rejected and pruned (a candidate can break several constraints)"
+    con.print(output.table(title, ["reason", "count"], rows))
     if shown:
+        idx = {id(c): i for i, c in enumerate(res.candidates)}
         cols = list(res.values)
+
+        def cell(n: str, i: int) -> str:
+            error = None if res.errors[n] is None else res.errors[n][i]
+            return _fmt_metric(n, res.values[n][i], error)
+
         table_rows = [
-            [
-                c.arch.arch_hash,
-                c.arch.summary(),
-                *[
-                    _fmt_metric(
-                        n,
-                        res.values[n][idx[id(c)]],
-                        None if res.errors[n] is None else res.errors[n][idx[id(c)]],
-                    )
-                    for n in cols
-                ],
-            ]
+            [c.arch.arch_hash, c.arch.summary(), *[cell(n, idx[id(c)]) for n in cols]]
             for c in shown
         ]
-        con.print(
-            output.table(
-                f"survivors (first {len(shown)} of {len(survivors)})",
-                ["hash", "architecture", *cols],
-                table_rows,
-            )
-        )
+        title = f"survivors (first {len(shown)} of {len(res.survivors)})"
+        con.print(output.table(title, ["hash", "architecture", *cols], table_rows))
     if any(e is not None for e in res.errors.values()) or any(
         name.startswith(("ttft", "decode", "e2e")) for name in res.errors
     ):
         con.print(f"latency error: {data['latency_provenance']}")
-    return 0
 
 
 def _span(values: np.ndarray | None) -> list[float] | None:

@@ -304,13 +304,9 @@ def early_stopping_metric(space: SearchSpace) -> tuple[str | None, str]:
     return None, "min"
 
 
-def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
-    """Run the sweep `cfg` (the `sweep` command's settings) over the parsed `space`; returns
-    the summary also written to `run_dir/sweep.json`."""
-    from archsearch.latency import device_names, load_device
-
-    contain_ray(cfg.ray.verbose, cfg.ray.address)
-    device = load_device(cfg.device).name
+def check_settings(space: SearchSpace, cfg: SweepConfig) -> None:
+    """The sweep's counts, waits and reference point, checked before anything starts: one-line
+    errors that name the key."""
     if not space.objectives:
         raise UserError("the space names no objectives", source=space.source, key="objectives")
     for key, value in (
@@ -339,6 +335,19 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         )
     if cfg.reference and not all(math.isfinite(v) for v in cfg.reference):
         raise UserError(f"give finite numbers, got {list(cfg.reference)}", key="reference")
+
+
+def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
+    """Run the sweep `cfg` (the `sweep` command's settings) over the parsed `space`; returns
+    the summary also written to `run_dir/sweep.json`. Every check that needs no Ray comes
+    first; then, in Ray: the measuring device, the study (`_open_study`), the trials
+    (`_train`), the replicates and confirmation (`_retrain`)."""
+    from archsearch.latency import load_device
+    from archsearch.trainers.config import TrainConfig
+
+    contain_ray(cfg.ray.verbose, cfg.ray.address)
+    device = load_device(cfg.device).name
+    check_settings(space, cfg)
     replicates = space.replicates if cfg.replicates is None else cfg.replicates
     labels = [o.spec.label for o in space.objectives]
     check_retrain(labels, replicates, cfg.confirm.factor, cfg.confirm.n)
@@ -355,11 +364,7 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
     check_latency_runtime(cfg, device)
     sampler_name = resolve_sampler(cfg.sampler, space, cfg.latency.mode)
     sampler = make_sampler(sampler_name, cfg.seed, cfg.trials, space, device)
-    es_metric, es_mode = early_stopping_metric(space)
-    from archsearch.trainers.config import TrainConfig
-
     n_evals = len({*TrainConfig.from_dict(train).eval_at, 1.0})
-    scheduler_kind = cfg.early_stopping
     check_feasible(space, device)
     trainable = import_trainable(cfg.trainable)
 
@@ -373,95 +378,18 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         left_alone=left_alone,
     ):
         check_cluster_gpus(cfg)
-        measure = None
-        if (
-            cfg.latency.mode == LatencyMode.measured
-        ):  # checks the resource before the study is touched
-            from archsearch.sweep.measure import remote_measurer
-
-            measure = remote_measurer(
-                space,
-                device,
-                cfg.latency.resource,
-                cfg.latency.repeats,
-                str(cfg.latency.runtime),
-                cfg.latency.wait_s,
-            )
+        measure = _measurer(space, device, cfg)  # checks the resource before the study is touched
         run_dir.mkdir(parents=True, exist_ok=True)
-        devices = sorted({*device_names(), device})
-        meta = StudyMeta.for_space(space, device, devices, train)
-        me = Driver.this()
-        storage = open_storage(
-            url, heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S, on_stale=requeue_stale
-        )
-        if study_name not in study_names(storage):
-            meta.reference, meta.reference_source = study_reference(space, device, cfg.reference)
-        writer, existed = StudyWriter.create_or_open(
-            storage, study_name, meta, sampler, driver=me.key
-        )
-        for params in reap_dead(writer, me):  # only dead drivers' trials: see `drivers`
-            writer.study.enqueue_trial(params, skip_if_exists=False)
-        trained, done = trained_so_far(writer)
-        state = SweepState(
-            writer=writer,
-            space=space,
-            device=device,
-            devices=devices,
-            train=train,
-            run_dir=run_dir,
-            target=cfg.trials,
-            trained=trained,
-            done_by_hash=done,
-            es_metric=es_metric,
-            max_failures=cfg.max_failures,
+        state, existed = _open_study(
+            space, cfg, device, train, run_dir=run_dir, name=study_name, url=url, sampler=sampler
         )
         state.measure = measure
-        state.placement = {
-            "workers": cfg.workers_per_trial,
-            "cpus": cfg.cpus_per_trial,
-            "gpus": cfg.gpus_per_trial,
-        }
-        t0 = time.time()
-        interrupted = False
-        first_number = len(writer.study.get_trials(deepcopy=False))
-        ctrl_c = CtrlC()
-        try:
-            if trained < cfg.trials:
-                with ctrl_c, Heartbeat(state):
-                    _fit(state, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals)
-        except (KeyboardInterrupt, Exception) as err:  # the study is settled below either way
-            if not ctrl_c.interrupted(err):
-                raise
-            interrupted = True
-        if not interrupted:  # trials Tune ended whose latency was still being measured
-            record_measured(state, wait=True)
-        sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
-        settle_duplicates(state)
-        _finish_stragglers(state, again=interrupted)
-        if interrupted:  # a trial of this run asked for but not yet launched when Ctrl-C came
-            for params in writer.mark_interrupted(lambda t: t.number >= first_number):
-                writer.study.enqueue_trial(params, skip_if_exists=False)
+        trained_before, t0, ctrl_c = state.trained, time.time(), CtrlC()
+        interrupted = _train(state, trainable, cfg, n_evals, ctrl_c)
         retrained: dict[str, Any] = {}
         if not interrupted:  # replicates and confirmation (`retrain`); a rerun resumes them
-            try:
-                with ctrl_c:
-                    retrained = after_sweep(
-                        writer,
-                        train,
-                        replicates=replicates,
-                        factor=cfg.confirm.factor,
-                        n=cfg.confirm.n,
-                        trainable=trainable,
-                        resources=Resources.of(cfg),
-                        run_dir=run_dir,
-                        verbose=cfg.ray.verbose,
-                        say=_say_to(sys.stdout if cfg.format == "table" else sys.stderr),
-                    )
-            except (KeyboardInterrupt, Exception) as err:
-                if not ctrl_c.interrupted(err):
-                    raise
-                interrupted = True
-        in_study = study_counts(writer)
+            retrained, interrupted = _retrain(state, trainable, cfg, replicates, ctrl_c)
+        in_study = study_counts(state.writer)
     summary = {
         "study_name": study_name,
         "storage": url,
@@ -470,16 +398,16 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
         "wall_s": round(time.time() - t0, 1),
         "trials": cfg.trials,
         "trained_in_study": state.trained,
-        "trained_before": trained,
+        "trained_before": trained_before,
         "counts": {k: v for k, v in sorted(state.counts.items()) if k != "launched"},
         "in_study": in_study,
-        "outcome": _outcome(state, trained, interrupted),
+        "outcome": _outcome(state, trained_before, interrupted),
         "gave_up_reason": state.gave_up_reason,
         "exhausted": state.exhausted,
         "device": device,
         "sampler": sampler_name.value,
         "early_stopping": cfg.early_stopping.value,
-        "reference_point": StudyMeta.from_study(writer.study).reference,
+        "reference_point": StudyMeta.from_study(state.writer.study).reference,
         "left_alone": left_alone,
         **retrained,
     }
@@ -491,6 +419,115 @@ def run_sweep(space: SearchSpace, cfg: SweepConfig) -> dict[str, Any]:
             f"first when the same command is run again"
         )
     return summary
+
+
+def _measurer(space: SearchSpace, device: str, cfg: SweepConfig):
+    """With `latency.mode=measured`, what sends a candidate to the device's node to be timed
+    (the resource is checked here); else None."""
+    if cfg.latency.mode != LatencyMode.measured:
+        return None
+    from archsearch.sweep.measure import remote_measurer
+
+    lat = cfg.latency
+    return remote_measurer(space, device, lat.resource, lat.repeats, str(lat.runtime), lat.wait_s)
+
+
+def _open_study(
+    space: SearchSpace,
+    cfg: SweepConfig,
+    device: str,
+    train: dict[str, Any],
+    *,
+    run_dir: Path,
+    name: str,
+    url: str,
+    sampler: Any,
+) -> tuple[SweepState, bool]:
+    """Create or reopen the study `name` in the storage at `url`, enqueue again the trials
+    dead drivers left running, and start the sweep's state from what the study holds:
+    (state, whether the study existed)."""
+    from archsearch.latency import device_names
+
+    devices = sorted({*device_names(), device})
+    meta = StudyMeta.for_space(space, device, devices, train)
+    me = Driver.this()
+    storage = open_storage(url, heartbeat_s=HEARTBEAT_S, grace_s=GRACE_S, on_stale=requeue_stale)
+    if name not in study_names(storage):
+        meta.reference, meta.reference_source = study_reference(space, device, cfg.reference)
+    writer, existed = StudyWriter.create_or_open(storage, name, meta, sampler, driver=me.key)
+    for params in reap_dead(writer, me):  # only dead drivers' trials: see `drivers`
+        writer.study.enqueue_trial(params, skip_if_exists=False)
+    trained, done = trained_so_far(writer)
+    state = SweepState(
+        writer=writer,
+        space=space,
+        device=device,
+        devices=devices,
+        train=train,
+        run_dir=run_dir,
+        target=cfg.trials,
+        trained=trained,
+        done_by_hash=done,
+        es_metric=early_stopping_metric(space)[0],
+        max_failures=cfg.max_failures,
+    )
+    state.placement = {
+        "workers": cfg.workers_per_trial,
+        "cpus": cfg.cpus_per_trial,
+        "gpus": cfg.gpus_per_trial,
+    }
+    return state, existed
+
+
+def _train(state: SweepState, trainable, cfg: SweepConfig, n_evals: int, ctrl_c: CtrlC) -> bool:
+    """Train trials until the study holds `cfg.trials` trained ones (or the sweep ends), then
+    settle what is left open; whether Ctrl-C ended it (its trials in flight are then marked
+    interrupted and enqueued for the next run)."""
+    writer = state.writer
+    interrupted = False
+    first_number = len(writer.study.get_trials(deepcopy=False))
+    try:
+        if state.trained < cfg.trials:
+            with ctrl_c, Heartbeat(state):
+                _fit(state, trainable, cfg, n_evals)
+    except (KeyboardInterrupt, Exception) as err:  # the study is settled below either way
+        if not ctrl_c.interrupted(err):
+            raise
+        interrupted = True
+    if not interrupted:  # trials Tune ended whose latency was still being measured
+        record_measured(state, wait=True)
+    sync(state, force=True)  # duplicates of other drivers' trials that finished meanwhile
+    settle_duplicates(state)
+    _finish_stragglers(state, again=interrupted)
+    if interrupted:  # a trial of this run asked for but not yet launched when Ctrl-C came
+        for params in writer.mark_interrupted(lambda t: t.number >= first_number):
+            writer.study.enqueue_trial(params, skip_if_exists=False)
+    return interrupted
+
+
+def _retrain(
+    state: SweepState, trainable, cfg: SweepConfig, replicates: int, ctrl_c: CtrlC
+) -> tuple[dict[str, Any], bool]:
+    """Replicates and confirmation runs after the sweep (`retrain.after_sweep`): (what they
+    add to the summary, whether Ctrl-C ended them)."""
+    try:
+        with ctrl_c:
+            return after_sweep(
+                state.writer,
+                state.train,
+                replicates=replicates,
+                factor=cfg.confirm.factor,
+                n=cfg.confirm.n,
+                trainable=trainable,
+                resources=Resources.of(cfg),
+                run_dir=state.run_dir,
+                verbose=cfg.ray.verbose,
+                say=_say_to(sys.stdout if cfg.format == "table" else sys.stderr),
+            ), False
+    except (KeyboardInterrupt, Exception) as err:
+        if not ctrl_c.interrupted(err):
+            raise
+        return {}, True
 
 
 def _say_to(stream):
@@ -513,8 +550,11 @@ def _outcome(state: SweepState, trained_before: int, interrupted: bool) -> str:
     return "gave_up" if state.gave_up else "exhausted"
 
 
-def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, n_evals) -> None:
+def _fit(state: SweepState, trainable, cfg: SweepConfig, n_evals: int) -> None:
+    """One Ray Tune run of the sweep's trials, its progress shown as it goes."""
     from archsearch.sweep.progress import SweepProgress
+
+    es_metric, es_mode = early_stopping_metric(state.space)
 
     if cfg.workers_per_trial > 1:  # the Tune trial is the Train driver; its workers hold the rest
         resources = {"cpu": DRIVER_CPUS}
@@ -528,7 +568,7 @@ def _fit(state: SweepState, trainable, cfg, scheduler_kind, es_metric, es_mode, 
         # Tune asks the searcher every second even with no trial live: a measurement that comes
         # in then is recorded there (the recorder's `on_step_end` is not called meanwhile)
         search_alg=create_searcher(state, before_suggest=partial(record_measured, state)),
-        scheduler=make_scheduler(scheduler_kind, es_metric, es_mode, n_evals, state),
+        scheduler=make_scheduler(cfg.early_stopping, es_metric, es_mode, n_evals, state),
         num_samples=-1,
         concurrency=cfg.concurrency,
         # a data-parallel trial's driver is ended when Tune stops it, with its workers
