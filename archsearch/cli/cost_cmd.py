@@ -328,7 +328,7 @@ def _fmt_metric(name: str, v: float, error: float | None = None) -> str:
 
 
 def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
-    from archsearch.cost.devices import describe_bands, processor
+    from archsearch.cost.devices import processor
     from archsearch.latency.calibrate import calibrate, plan, pooled
     from archsearch.latency.calibrate.pool import read_earlier, same_machine
     from archsearch.latency.profile import parse_profile, write_profile
@@ -370,7 +370,18 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
     if cfg.format == "json":
         output.print_json({"path": str(path), **result})
         return 0
+    title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"
     con = output.console()
+    con.print(output.table(title, ["", ""], profile_rows(prof, dev, how.name)))
+    con.print(f"written: {path} (use it: device={path if cfg.output else name})")
+    return 0
+
+
+def profile_rows(prof: dict[str, Any], dev, budget: str) -> list[list[Any]]:
+    """A calibrated profile in rows: its peaks and bandwidth, the half precision's factors, its
+    learned predictor and each held-out check of its error."""
+    from archsearch.cost.devices import describe_bands
+
     rows = [
         ["peak fp32", f"{prof['peak_flops']['fp32'] / 1e9:.4g} GFLOP/s"],
         ["peak bf16", f"{prof['peak_flops']['fp16'] / 1e9:.4g} GFLOP/s"],
@@ -385,7 +396,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
             [
                 "kernel predictor",
                 f"{len(learned.kernels)} kernels, {timings} timings in {learned.runtime} "
-                f"(budget={how.name}); whole models sampled over {learned.sample_s:g} s",
+                f"(budget={budget}); whole models sampled over {learned.sample_s:g} s",
             ]
         )
     for quantity, checks in dev.validation.items():
@@ -399,10 +410,7 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
                     + (f"; by working set: {describe_bands(bands)}" if bands else ""),
                 ]
             )
-    title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"
-    con.print(output.table(title, ["", ""], rows))
-    con.print(f"written: {path} (use it: device={path if cfg.output else name})")
-    return 0
+    return rows
 
 
 def _profile_destination(cfg: Any) -> tuple[str, Path]:

@@ -275,22 +275,7 @@ def parse_device(
     for key in ("peak_flops", "memory_bandwidth", "memory_capacity"):
         if key not in raw:
             raise UserError("missing required key", source=source, key=key)
-    peaks = raw["peak_flops"]
-    if not isinstance(peaks, dict):
-        raise UserError(
-            "expected a mapping of fp32/fp16/int8 -> FLOP/s", source=source, key="peak_flops"
-        )
-    missing = [c for c in COMPUTE_CLASSES if c not in peaks]
-    if missing:
-        raise UserError(f"missing compute class {missing[0]!r}", source=source, key="peak_flops")
-    peak_flops = {
-        c: _plausible(
-            _number(peaks[c], source=source, key=f"peak_flops.{c}"),
-            source=source,
-            key=f"peak_flops.{c}",
-        )
-        for c in COMPUTE_CLASSES
-    }
+    peak_flops = _peak_flops(raw["peak_flops"], source)
     figures = {
         key: _plausible(
             _number(raw.get(key, 0), source=source, key=key, zero_ok=key.startswith("cache")),
@@ -310,31 +295,7 @@ def parse_device(
     if texts["kind"] not in ("cpu", "gpu"):
         raise UserError(f"must be cpu or gpu, got {texts['kind']!r}", source=source, key="kind")
     check_name(texts["name"], what="device", key="name", source=source)
-    efficiency = {}
-    for cls, entry in (raw.get("efficiency") or {}).items():
-        if cls not in (*COMPUTE_CLASSES, "default") or not isinstance(entry, dict):
-            raise UserError(
-                "expected fp32/fp16/int8/default -> {compute, half_rows, "
-                "bandwidth, op_overhead_s, source}",
-                source=source,
-                key=f"efficiency.{cls}",
-            )
-        allowed = {
-            "compute",
-            "half_rows",
-            "bandwidth",
-            "op_overhead_s",
-            "vector",
-            "attention_step",
-            "source",
-        }
-        _known_keys(entry, allowed, source, f"efficiency.{cls}")
-        values = {
-            k: _number(v, source=source, key=f"efficiency.{cls}.{k}", zero_ok=k == "op_overhead_s")
-            for k, v in entry.items()
-            if k != "source"
-        }
-        efficiency[cls] = Efficiency(**values, source=str(entry.get("source", "")))
+    efficiency = _efficiency(raw.get("efficiency") or {}, source)
     sources = {str(k): str(v) for k, v in (raw.get("sources") or {}).items()}
     return DeviceProfile(
         name=texts["name"],
@@ -353,6 +314,50 @@ def parse_device(
         measured_on=_measured_on(raw.get("measured_on"), source),
         path=source,
     )
+
+
+def _peak_flops(peaks: Any, source: str) -> dict[str, float]:
+    """`peak_flops`: FLOP/s by compute class (fp32, fp16, int8), each plausible."""
+    if not isinstance(peaks, dict):
+        raise UserError(
+            "expected a mapping of fp32/fp16/int8 -> FLOP/s", source=source, key="peak_flops"
+        )
+    missing = [c for c in COMPUTE_CLASSES if c not in peaks]
+    if missing:
+        raise UserError(f"missing compute class {missing[0]!r}", source=source, key="peak_flops")
+    return {
+        c: _plausible(
+            _number(peaks[c], source=source, key=f"peak_flops.{c}"),
+            source=source,
+            key=f"peak_flops.{c}",
+        )
+        for c in COMPUTE_CLASSES
+    }
+
+
+EFFICIENCY_KEYS = {"compute", "half_rows", "bandwidth", "op_overhead_s", "vector"}
+EFFICIENCY_KEYS |= {"attention_step", "source"}
+
+
+def _efficiency(raw: dict, source: str) -> dict[str, Efficiency]:
+    """`efficiency`: the roofline's factors by compute class (or `default`)."""
+    efficiency = {}
+    for cls, entry in raw.items():
+        if cls not in (*COMPUTE_CLASSES, "default") or not isinstance(entry, dict):
+            raise UserError(
+                "expected fp32/fp16/int8/default -> {compute, half_rows, "
+                "bandwidth, op_overhead_s, source}",
+                source=source,
+                key=f"efficiency.{cls}",
+            )
+        _known_keys(entry, EFFICIENCY_KEYS, source, f"efficiency.{cls}")
+        values = {
+            k: _number(v, source=source, key=f"efficiency.{cls}.{k}", zero_ok=k == "op_overhead_s")
+            for k, v in entry.items()
+            if k != "source"
+        }
+        efficiency[cls] = Efficiency(**values, source=str(entry.get("source", "")))
+    return efficiency
 
 
 def _provenance(raw: Any, source: str) -> Provenance | None:

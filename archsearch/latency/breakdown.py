@@ -33,52 +33,7 @@ def cost_report(
     """Breakdown by part (prefill of `prompt` tokens, one decode step at `context`) and
     totals of one architecture on a device."""
     c = columns(arch)
-    B = batch
-    prefill = model.prefill_phase(prompt, B)
-    step = model.step_phase(context, B)
-    last = 1.0 if device.prefill_logits == "last" else None
-    t_prefill = _seconds_by_category(
-        predict.seconds_by_part(c, prefill, device, precision, lm_head_tokens=last)
-    )
-    t_step = _seconds_by_category(predict.seconds_by_part(c, step, device, precision))
-    f_prefill = _flops_by_category(c, prefill)
-    f_step = _flops_by_category(c, step)
-    layers: dict[str, float] = {}
-    for category, count, _ in block_modules(c):
-        layers[category] = layers.get(category, 0.0) + float(count[0])
-    rows = [
-        {
-            "part": cat,
-            "layers": int(layers.get(cat, 0)),
-            "prefill_gflops": f_prefill.get(cat, 0.0) / 1e9,
-            "decode_mflops": f_step.get(cat, 0.0) / 1e6,
-            "ttft_ms": 1e3 * t_prefill.get(cat, 0.0),
-            "decode_ms": 1e3 * t_step.get(cat, 0.0),
-        }
-        for cat in CATEGORIES
-        if t_step.get(cat, 0.0) != 0 or t_prefill.get(cat, 0.0) != 0
-    ]
-    ttft = 1e3 * float(predict.ttft_s(c, device, prompt, precision, B)[0])
-    dec = 1e3 * float(predict.decode_s(c, device, context, precision, B)[0])
-    e2e = 1e3 * float(predict.e2e_s(c, device, prompt, generate, precision, B)[0])
-    totals = {
-        **{k: float(v[0]) for k, v in params(c).items()},
-        "weight_bytes": float(model.weight_bytes(c, precision)[0]),
-        **{
-            f"cache_bytes_{b}bit": float(model.cache_bytes(c, context, b, B)[0]) for b in (16, 8, 4)
-        },
-        "state_elements": float(state_elements(c, context, B)[0]),
-        "memory_bytes": float(model.memory_bytes(c, context, precision, B)[0]),
-        "prefill_flops": float(model.flops(c, prefill)[0]),
-        "decode_flops_per_token": float(model.flops(c, step)[0]) / B,
-        "train_flops_per_token": float(model.train_flops_per_token(c, prompt)[0]),
-        "ttft_ms": ttft,
-        "decode_ms": dec,
-        "e2e_ms": e2e,
-        "decode_tokens_per_s": 1e3 * B / dec,
-        "prefill_tokens_per_s": 1e3 * prompt * B / ttft,
-    }
-    settings = {"prompt": prompt, "context": context, "generate": generate, "batch": B}
+    settings = {"prompt": prompt, "context": context, "generate": generate, "batch": batch}
     r = arch.resolved()
     notes = []
     if context > r.max_seq_len or prompt + generate > r.max_seq_len:
@@ -99,10 +54,70 @@ def cost_report(
         "precision": precision,
         "cache_bits": model.cache_bits(precision),
         "settings": settings,
-        "breakdown": rows,
-        "totals": totals,
+        "breakdown": _parts(c, device, precision, prompt, context, batch),
+        "totals": _totals(c, device, precision, settings),
         "notes": notes,
         "traced": traced_parts,
+    }
+
+
+def _parts(
+    c: Columns, device: DeviceProfile, precision: str, prompt: int, context: int, B: int
+) -> list[dict[str, Any]]:
+    """Each part (`CATEGORIES`) that takes time: its layers, the FLOPs and predicted time of
+    the prefill of `prompt` tokens and of one decode step at `context`."""
+    prefill = model.prefill_phase(prompt, B)
+    step = model.step_phase(context, B)
+    last = 1.0 if device.prefill_logits == "last" else None
+    t_prefill = _seconds_by_category(
+        predict.seconds_by_part(c, prefill, device, precision, lm_head_tokens=last)
+    )
+    t_step = _seconds_by_category(predict.seconds_by_part(c, step, device, precision))
+    f_prefill = _flops_by_category(c, prefill)
+    f_step = _flops_by_category(c, step)
+    layers: dict[str, float] = {}
+    for category, count, _ in block_modules(c):
+        layers[category] = layers.get(category, 0.0) + float(count[0])
+    return [
+        {
+            "part": cat,
+            "layers": int(layers.get(cat, 0)),
+            "prefill_gflops": f_prefill.get(cat, 0.0) / 1e9,
+            "decode_mflops": f_step.get(cat, 0.0) / 1e6,
+            "ttft_ms": 1e3 * t_prefill.get(cat, 0.0),
+            "decode_ms": 1e3 * t_step.get(cat, 0.0),
+        }
+        for cat in CATEGORIES
+        if t_step.get(cat, 0.0) != 0 or t_prefill.get(cat, 0.0) != 0
+    ]
+
+
+def _totals(
+    c: Columns, device: DeviceProfile, precision: str, settings: dict[str, int]
+) -> dict[str, float]:
+    """The whole model: params, weights, cache and memory, FLOPs and predicted latencies."""
+    prompt, context, generate, B = (settings[k] for k in ("prompt", "context", "generate", "batch"))
+    prefill = model.prefill_phase(prompt, B)
+    step = model.step_phase(context, B)
+    ttft = 1e3 * float(predict.ttft_s(c, device, prompt, precision, B)[0])
+    dec = 1e3 * float(predict.decode_s(c, device, context, precision, B)[0])
+    e2e = 1e3 * float(predict.e2e_s(c, device, prompt, generate, precision, B)[0])
+    return {
+        **{k: float(v[0]) for k, v in params(c).items()},
+        "weight_bytes": float(model.weight_bytes(c, precision)[0]),
+        **{
+            f"cache_bytes_{b}bit": float(model.cache_bytes(c, context, b, B)[0]) for b in (16, 8, 4)
+        },
+        "state_elements": float(state_elements(c, context, B)[0]),
+        "memory_bytes": float(model.memory_bytes(c, context, precision, B)[0]),
+        "prefill_flops": float(model.flops(c, prefill)[0]),
+        "decode_flops_per_token": float(model.flops(c, step)[0]) / B,
+        "train_flops_per_token": float(model.train_flops_per_token(c, prompt)[0]),
+        "ttft_ms": ttft,
+        "decode_ms": dec,
+        "e2e_ms": e2e,
+        "decode_tokens_per_s": 1e3 * B / dec,
+        "prefill_tokens_per_s": 1e3 * prompt * B / ttft,
     }
 
 
