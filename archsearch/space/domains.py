@@ -189,66 +189,11 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
             msg = "empty choice() is not legal"
         raise UserError(f"cannot parse {text!r}: {msg}", source=source, key=key) from None
     if isinstance(parsed, ChoiceSweep):
-        bad_tags = set(parsed.tags)
-        if bad_tags:
-            raise UserError(
-                f"tags {sorted(bad_tags)} are not supported on choice()", source=source, key=key
-            )
-        options = tuple(parsed.list)
-        if not options:
-            raise UserError("empty choice() is not legal", source=source, key=key)
-        for opt in options:
-            if isinstance(opt, (list, dict)) or hasattr(opt, "list"):
-                raise UserError(
-                    f"choice() options must be plain values, got {opt!r}", source=source, key=key
-                )
-        _finite(options, text, source=source, key=key)
-        if len(set(map(repr, options))) != len(options):
-            raise UserError(f"choice() lists a value twice in {text!r}", source=source, key=key)
-        return Choice(options)
+        return _choice(parsed, text, source=source, key=key)
     if isinstance(parsed, RangeSweep):
-        if parsed.tags:
-            raise UserError(
-                f"tags {sorted(parsed.tags)} are not supported on range()", source=source, key=key
-            )
-        start, stop, step = parsed.start, parsed.stop, parsed.step
-        _finite((start, stop, step), text, source=source, key=key)
-        if step == 0 or (step > 0 and start >= stop) or (step < 0 and start <= stop):
-            raise UserError(
-                f"{text!r} is empty (start {start}, stop {stop}, step {step})",
-                source=source,
-                key=key,
-            )
-        if step < 0:
-            raise UserError(f"{text!r}: use a positive step", source=source, key=key)
-        _enumerable((stop - start) / step, text, source=source, key=key)
-        return Range(start, stop, step)
+        return _range(parsed, text, source=source, key=key)
     if isinstance(parsed, IntervalSweep):
-        unknown = set(parsed.tags) - {"log", "int"}
-        if unknown:
-            raise UserError(
-                f"unknown tags {sorted(unknown)} on interval() (known: log, int)",
-                source=source,
-                key=key,
-            )
-        low, high = float(parsed.start), float(parsed.end)
-        _finite((low, high), text, source=source, key=key)
-        if low > high:
-            raise UserError(
-                f"low {low:g} is above high {high:g} in {text!r}", source=source, key=key
-            )
-        log, integer = "log" in parsed.tags, "int" in parsed.tags
-        if log and low <= 0:
-            raise UserError(
-                f"a log interval needs a positive low bound, got {low:g}", source=source, key=key
-            )
-        if integer and not (low.is_integer() and high.is_integer()):
-            raise UserError(
-                f"an int interval needs whole bounds, got {low:g}, {high:g}", source=source, key=key
-            )
-        if integer:
-            _enumerable(high - low + 1, text, source=source, key=key)
-        return Interval(low, high, log=log, integer=integer)
+        return _interval(parsed, text, source=source, key=key)
     if isinstance(parsed, (list, dict)):
         raise UserError(
             f"lists and mappings are not parameter values; use choice(...) for "
@@ -258,3 +203,72 @@ def parse_domain(raw: Any, *, source: str | None, key: str) -> Domain:
         )
     _finite([parsed], text, source=source, key=key)
     return Fixed(parsed)
+
+
+def _choice(parsed, text: str, *, source: str | None, key: str) -> Choice:
+    """`choice(a, b, ...)`: plain, finite, distinct values, no tags."""
+    bad_tags = set(parsed.tags)
+    if bad_tags:
+        raise UserError(
+            f"tags {sorted(bad_tags)} are not supported on choice()", source=source, key=key
+        )
+    options = tuple(parsed.list)
+    if not options:
+        raise UserError("empty choice() is not legal", source=source, key=key)
+    for opt in options:
+        if isinstance(opt, (list, dict)) or hasattr(opt, "list"):
+            raise UserError(
+                f"choice() options must be plain values, got {opt!r}", source=source, key=key
+            )
+    _finite(options, text, source=source, key=key)
+    if len(set(map(repr, options))) != len(options):
+        raise UserError(f"choice() lists a value twice in {text!r}", source=source, key=key)
+    return Choice(options)
+
+
+def _range(parsed, text: str, *, source: str | None, key: str) -> Range:
+    """`range(start, stop, step)`: a positive step over a non-empty, enumerable range."""
+    if parsed.tags:
+        raise UserError(
+            f"tags {sorted(parsed.tags)} are not supported on range()", source=source, key=key
+        )
+    start, stop, step = parsed.start, parsed.stop, parsed.step
+    _finite((start, stop, step), text, source=source, key=key)
+    if step == 0 or (step > 0 and start >= stop) or (step < 0 and start <= stop):
+        raise UserError(
+            f"{text!r} is empty (start {start}, stop {stop}, step {step})",
+            source=source,
+            key=key,
+        )
+    if step < 0:
+        raise UserError(f"{text!r}: use a positive step", source=source, key=key)
+    _enumerable((stop - start) / step, text, source=source, key=key)
+    return Range(start, stop, step)
+
+
+def _interval(parsed, text: str, *, source: str | None, key: str) -> Interval:
+    """`interval(low, high)`, tagged `log` and/or `int`: finite bounds in order (positive
+    for log, whole and enumerable for int)."""
+    unknown = set(parsed.tags) - {"log", "int"}
+    if unknown:
+        raise UserError(
+            f"unknown tags {sorted(unknown)} on interval() (known: log, int)",
+            source=source,
+            key=key,
+        )
+    low, high = float(parsed.start), float(parsed.end)
+    _finite((low, high), text, source=source, key=key)
+    if low > high:
+        raise UserError(f"low {low:g} is above high {high:g} in {text!r}", source=source, key=key)
+    log, integer = "log" in parsed.tags, "int" in parsed.tags
+    if log and low <= 0:
+        raise UserError(
+            f"a log interval needs a positive low bound, got {low:g}", source=source, key=key
+        )
+    if integer and not (low.is_integer() and high.is_integer()):
+        raise UserError(
+            f"an int interval needs whole bounds, got {low:g}, {high:g}", source=source, key=key
+        )
+    if integer:
+        _enumerable(high - low + 1, text, source=source, key=key)
+    return Interval(low, high, log=log, integer=integer)

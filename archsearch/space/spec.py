@@ -239,6 +239,35 @@ def parse_space_file(path: Path) -> SearchSpace:
     return parse_space(yamlio.load(path), source=str(path), default_name=path.stem)
 
 
+def _read_derived(derived_raw: Any, names: set[str], source: str) -> dict[str, str]:
+    """`derived`: key path -> an interpolation of the parameters (checked as an expression; a
+    parameter's own key may not be derived too)."""
+    if not isinstance(derived_raw, dict):
+        raise UserError(
+            "expected a mapping of key path -> interpolation", source=source, key="derived"
+        )
+    derived = {}
+    for k, v in derived_raw.items():
+        k = str(k)
+        _check_key(k, source=source, where=f"derived.{k}")
+        if k in names:
+            raise UserError(
+                "is both a parameter and a derived value", source=source, key=f"derived.{k}"
+            )
+        if not isinstance(v, str) or "${" not in v:
+            raise UserError(
+                f"expected an interpolation such as ${{div:${{d_model}},64}}, got {v!r}",
+                source=source,
+                key=f"derived.{k}",
+            )
+        try:
+            check_expression(v)
+        except ValueError as err:
+            raise UserError(str(err), source=source, key=f"derived.{k}") from None
+        derived[k] = v
+    return derived
+
+
 def parse_space(raw: Any, *, source: str, default_name: str = "space") -> SearchSpace:
     """Parse and check a space from plain data; errors name `source` and the key path."""
     if not isinstance(raw, dict):
@@ -267,30 +296,7 @@ def parse_space(raw: Any, *, source: str, default_name: str = "space") -> Search
     params = [_read_param(str(k), v, source) for k, v in params_raw.items()]
     names = {p.name for p in params}
 
-    derived_raw = raw.get("derived") or {}
-    if not isinstance(derived_raw, dict):
-        raise UserError(
-            "expected a mapping of key path -> interpolation", source=source, key="derived"
-        )
-    derived = {}
-    for k, v in derived_raw.items():
-        k = str(k)
-        _check_key(k, source=source, where=f"derived.{k}")
-        if k in names:
-            raise UserError(
-                "is both a parameter and a derived value", source=source, key=f"derived.{k}"
-            )
-        if not isinstance(v, str) or "${" not in v:
-            raise UserError(
-                f"expected an interpolation such as ${{div:${{d_model}},64}}, got {v!r}",
-                source=source,
-                key=f"derived.{k}",
-            )
-        try:
-            check_expression(v)
-        except ValueError as err:
-            raise UserError(str(err), source=source, key=f"derived.{k}") from None
-        derived[k] = v
+    derived = _read_derived(raw.get("derived") or {}, names, source)
 
     devices = (*shipped_names(conf_dir() / "device"), *plugins.names(plugins.DEVICES))
     constraints = parse_constraints(raw.get("constraints"), source=source, devices=devices)
