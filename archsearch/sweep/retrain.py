@@ -441,6 +441,38 @@ def check_retrain(objectives: list[str], replicates: int, factor: float, n: int)
         )
 
 
+def _announce(
+    todo: list[RetrainJob], factor: float, say: Callable[[str], None]
+) -> Callable[[RetrainJob, Status, str], None]:
+    """Say what is about to retrain; return what says how each job ended, and how many have."""
+    reps = [j for j in todo if j.status == Status.REPLICATE]
+    confs = [j for j in todo if j.status == Status.CONFIRMATION]
+    parts = []
+    if reps:
+        trials = ", ".join(map(str, sorted({j.source for j in reps})))
+        seeds = ", ".join(map(str, sorted({j.seed for j in reps})))
+        parts.append(f"{len(reps)} replicates (trials {trials}, seeds {seeds})")
+    if confs:
+        parts.append(
+            f"{len(confs)} confirmations at {factor:g}x the budget (trials "
+            f"{', '.join(map(str, sorted({j.source for j in confs})))})"
+        )
+    say(f"retraining: {' and '.join(parts)}")
+    ended_count = [0]
+
+    def on_end(job: RetrainJob, status: Status, reason: str) -> None:
+        ended_count[0] += 1
+        what = (
+            f"replicate of trial {job.source} (seed {job.seed})"
+            if job.status == Status.REPLICATE
+            else f"confirmation of trial {job.source} ({job.budget_factor:g}x)"
+        )
+        outcome = reason if status == Status.FAILED else "trained"
+        say(f"{what} {outcome} | {ended_count[0]} of {len(todo)} retrained")
+
+    return on_end
+
+
 def after_sweep(
     writer: StudyWriter,
     train_settings: dict[str, Any],
@@ -471,33 +503,7 @@ def after_sweep(
         else [],
     }
     todo = pending([*wanted[Status.REPLICATE], *wanted[Status.CONFIRMATION]], records)
-    on_end = None
-    if say is not None and todo:
-        reps = [j for j in todo if j.status == Status.REPLICATE]
-        confs = [j for j in todo if j.status == Status.CONFIRMATION]
-        parts = []
-        if reps:
-            trials = ", ".join(map(str, sorted({j.source for j in reps})))
-            seeds = ", ".join(map(str, sorted({j.seed for j in reps})))
-            parts.append(f"{len(reps)} replicates (trials {trials}, seeds {seeds})")
-        if confs:
-            parts.append(
-                f"{len(confs)} confirmations at {factor:g}x the budget (trials "
-                f"{', '.join(map(str, sorted({j.source for j in confs})))})"
-            )
-        say(f"retraining: {' and '.join(parts)}")
-        ended_count = [0]
-
-        def on_end(job: RetrainJob, status: Status, reason: str) -> None:
-            ended_count[0] += 1
-            what = (
-                f"replicate of trial {job.source} (seed {job.seed})"
-                if job.status == Status.REPLICATE
-                else f"confirmation of trial {job.source} ({job.budget_factor:g}x)"
-            )
-            outcome = reason if status == Status.FAILED else "trained"
-            say(f"{what} {outcome} | {ended_count[0]} of {len(todo)} retrained")
-
+    on_end = _announce(todo, factor, say) if say is not None and todo else None
     ended = run_jobs(
         writer,
         todo,
