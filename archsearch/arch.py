@@ -356,39 +356,12 @@ class ArchConfig:
         if "L" in letters:
             _check_linear(self.linear, d, bad)
         if "M" in letters:
-            c = self.mcsd.n_channels
-            if c <= 0:
-                raise bad("non_positive", "mcsd.n_channels", f"must be positive, got {c}")
-            if d % c:
-                raise bad(
-                    "channels_not_dividing_d_model",
-                    "mcsd.n_channels",
-                    f"{c} channels do not divide d_model={d}",
-                )
+            _check_mcsd(self.mcsd, d, bad)
         ffn = self.ffn
         if ffn.d_ffn is not None and ffn.d_ffn <= 0:
             raise bad("non_positive", "ffn.d_ffn", f"must be positive, got {ffn.d_ffn}")
         if self.moe is not None:
-            m = self.moe
-            if m.n_experts < 0 or m.top_k <= 0 or m.n_shared < 0:
-                raise bad(
-                    "non_positive", "moe", "n_experts and n_shared must be >= 0 and top_k positive"
-                )
-            if m.n_experts > 0 and m.top_k > m.n_experts:
-                raise bad(
-                    "top_k_above_n_experts",
-                    "moe.top_k",
-                    f"top_k={m.top_k} exceeds n_experts={m.n_experts}",
-                )
-            if m.d_expert is not None and m.d_expert <= 0:
-                raise bad("non_positive", "moe.d_expert", f"must be positive, got {m.d_expert}")
-            if m.n_experts > 0 and ffn.kind not in FFN_KINDS:
-                raise bad(
-                    "plugin_ffn_in_moe",
-                    "ffn.kind",
-                    f"the plugin channel mixer {ffn.kind!r} cannot be an MoE expert; experts "
-                    f"use the built-in kinds ({', '.join(FFN_KINDS)})",
-                )
+            _check_moe(self.moe, ffn, bad)
 
     # -- canonical form -------------------------------------------------------------------------
 
@@ -543,6 +516,38 @@ def _resolve_attention(a: AttentionConfig, d_model: int, max_seq_len: int) -> At
         rope_dim=a.rope_dim if a.rope_dim is not None else head_dim,
         window=window,
     )
+
+
+def _check_mcsd(mcsd: MCSDConfig, d: int, bad) -> None:
+    c = mcsd.n_channels
+    if c <= 0:
+        raise bad("non_positive", "mcsd.n_channels", f"must be positive, got {c}")
+    if d % c:
+        raise bad(
+            "channels_not_dividing_d_model",
+            "mcsd.n_channels",
+            f"{c} channels do not divide d_model={d}",
+        )
+
+
+def _check_moe(m: MoEConfig, ffn: FFNConfig, bad) -> None:
+    if m.n_experts < 0 or m.top_k <= 0 or m.n_shared < 0:
+        raise bad("non_positive", "moe", "n_experts and n_shared must be >= 0 and top_k positive")
+    if m.n_experts > 0 and m.top_k > m.n_experts:
+        raise bad(
+            "top_k_above_n_experts",
+            "moe.top_k",
+            f"top_k={m.top_k} exceeds n_experts={m.n_experts}",
+        )
+    if m.d_expert is not None and m.d_expert <= 0:
+        raise bad("non_positive", "moe.d_expert", f"must be positive, got {m.d_expert}")
+    if m.n_experts > 0 and ffn.kind not in FFN_KINDS:
+        raise bad(
+            "plugin_ffn_in_moe",
+            "ffn.kind",
+            f"the plugin channel mixer {ffn.kind!r} cannot be an MoE expert; experts "
+            f"use the built-in kinds ({', '.join(FFN_KINDS)})",
+        )
 
 
 def _check_attention(a: AttentionConfig, d_model: int, max_seq_len: int, bad) -> None:

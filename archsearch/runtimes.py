@@ -423,17 +423,7 @@ def deploy(
     _check_runtime(runtime)
     model.eval()
     if runtime == "torch":
-
-        def prefill_torch(idx):
-            with torch.inference_mode():
-                return model.prefill(idx)
-
-        def step_torch(token, state):
-            with torch.inference_mode():
-                return model.step(token, state)
-
-        return Deployed(runtime, prefill_torch, step_torch)
-
+        return _deploy_torch(model)
     for m in model.modules():  # fill the rotary tables now, so the export does not grow them
         if isinstance(m, RoPE) and m.rope_dim:
             m.cos_sin(0, max_context + 2, model.wte.weight)
@@ -441,6 +431,28 @@ def deploy(
     if runtime == "executorch":
         _executorch_threads(threads)
         return _deploy_executorch(model, prompt, max_context, batches)
+    return _deploy_onnxruntime(model, prompt, max_context, threads)
+
+
+def _deploy_torch(model: LanguageModel) -> Deployed:
+    """The model as it is, in eager PyTorch under `inference_mode`."""
+
+    def prefill_torch(idx):
+        with torch.inference_mode():
+            return model.prefill(idx)
+
+    def step_torch(token, state):
+        with torch.inference_mode():
+            return model.step(token, state)
+
+    return Deployed("torch", prefill_torch, step_torch)
+
+
+def _deploy_onnxruntime(
+    model: LanguageModel, prompt: int, max_context: int, threads: int
+) -> Deployed:
+    """The prefill and the decode step exported to ONNX (`torch.export`, any batch size, the
+    step at any context) and run in ONNX Runtime sessions of `threads` threads."""
     B = 2  # examples above 1: torch.export specialises sizes 0 and 1
     ex = _Examples(model, B, prompt, max_context)
     idx, keys, flat0, T0, pos = ex.idx, ex.keys, ex.flat0, ex.T0, ex.pos
@@ -485,7 +497,7 @@ def deploy(
         )
         return logits, _unflatten(flat, keys, state.pos + 1)
 
-    return Deployed(runtime, prefill_ort, step_ort)
+    return Deployed("onnxruntime", prefill_ort, step_ort)
 
 
 class _Examples:
