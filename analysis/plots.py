@@ -163,12 +163,10 @@ def front_mpl(p: Pareto):
     non-dominated in all three). One legend below the panels names the marker kinds and the
     families that are drawn."""
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     p = plotted(p)
     views = axis_views(p)
-    tv, ov, band = placed(p, views)
+    at = (views, *placed(p, views))
     colours = family_colours([_family(r) for r in p.trained + p.others])
     d = len(p.axes)
     pairs = [(0, 1), (0, 1)] if d == 2 else [(0, 1), (0, 2), (1, 2)]
@@ -178,65 +176,101 @@ def front_mpl(p: Pareto):
     groups_drawn: set[str] = set()
     banded = False
     for n, (i, j) in enumerate(pairs):
-        ax = axs[0][n]
         by_share = d == 2 and n == 1
-        if by_share:
-            colour = np.array([_share(r) for r in p.trained])
-            kw = {"cmap": "viridis", "vmin": 0.0, "vmax": 1.0}
-        else:
-            colour = np.array([colours[_family(r)] for r in p.trained], dtype=object)
-            kw = {}
-        strict = p.strict_front
-        groups = [(~p.on_front, DOMINATED_STYLE), (strict, FRONT_STYLE)]
-        if p.ties:
-            groups.append((p.on_front & ~strict, TIED_STYLE))
-        for rows, style in groups:
-            sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
-        bars = error_bars(p, tv, np.flatnonzero(p.on_front), views)
-        if bars[i] is not None or bars[j] is not None:
-            ax.errorbar(
-                tv[p.on_front, i],
-                tv[p.on_front, j],
-                xerr=bars[i],
-                yerr=bars[j],
-                fmt="none",
-                ecolor="black",
-                elinewidth=0.8,
-                alpha=0.5,
-                zorder=1,
-            )
-        if d == 2:
-            stairs, where = staircase(p, tv[strict][:, [i, j]])
-            ax.step(stairs[:, 0], stairs[:, 1], where=where, color="black", lw=1, ls="--", zorder=2)
-        for group, (marker, _, _) in OTHER_MARKERS.items():
-            rows = [k for k, r in enumerate(p.others) if p.group_of_other(r) == group]
-            rows = [k for k in rows if np.isfinite(ov[k, [i, j]]).all()]
-            if not rows:
-                continue
-            groups_drawn.add(group)
-            drawn |= {_family(p.others[k]) for k in rows}
-            col = ["#555555" if by_share else colours[_family(p.others[k])] for k in rows]
-            style = {"facecolors": "none", "edgecolors": col} if marker != "x" else {"c": col}
-            ax.scatter(
-                ov[rows, i], ov[rows, j], marker=marker, s=40, alpha=0.8, linewidths=1.2, **style
-            )
-        for k, which in ((i, "x"), (j, "y")):
-            if views[k].log:
-                log_scale(ax, which)
-        if d == 2:
-            for k, horizontal in ((j, True), (i, False)):
-                at = band_at(ov, band, k)
-                if at is not None:
-                    _draw_band(ax, at, horizontal, ov[band[:, k]][:, i if horizontal else j])
-                    banded = True
-        ax.set_xlabel(views[i].title + _error_note(p, p.axes[i].label), fontsize=9)
-        ax.set_ylabel(views[j].title + _error_note(p, p.axes[j].label), fontsize=9)
-        ax.grid(alpha=0.3)
-        if by_share:
-            fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
-            ax.set_title("coloured by hybrid share (other trials grey)", fontsize=10)
-        else:
-            ax.set_title("coloured by mixer family", fontsize=10)
+        families, groups, band = _front_panel(fig, axs[0][n], p, (i, j), by_share, colours, at)
+        drawn |= families
+        groups_drawn |= groups
+        banded |= band
+    handles = _front_legend(p, colours, drawn, groups_drawn, banded)
+    ncol = min(5, len(handles))
+    rows = -(-len(handles) // ncol)
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.suptitle(title(p), fontsize=11)
+    fig.tight_layout(rect=(0, (0.1 + 0.19 * rows) / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def _front_panel(
+    fig, ax, p: Pareto, pair: tuple[int, int], by_share: bool, colours: dict[str, str], at: tuple
+) -> tuple[set[str], set[str], bool]:
+    """One panel of `front_mpl`: the trained trials of axes `pair` (x, y) coloured by family
+    or, `by_share`, by attention share, the front's error bars and (two axes) staircase, the
+    other trials by their markers and the band of those not trained; `at`: the axes' views and
+    where the trials are placed (`axis_views`, `placed`). Returns the families and marker groups
+    of other trials it drew, and whether it drew a band."""
+    i, j = pair
+    d = len(p.axes)
+    views, tv, ov, band = at
+    if by_share:
+        colour = np.array([_share(r) for r in p.trained])
+        kw = {"cmap": "viridis", "vmin": 0.0, "vmax": 1.0}
+    else:
+        colour = np.array([colours[_family(r)] for r in p.trained], dtype=object)
+        kw = {}
+    strict = p.strict_front
+    groups = [(~p.on_front, DOMINATED_STYLE), (strict, FRONT_STYLE)]
+    if p.ties:
+        groups.append((p.on_front & ~strict, TIED_STYLE))
+    for rows, style in groups:
+        sc = ax.scatter(tv[rows, i], tv[rows, j], c=list(colour[rows]), **kw, **style)
+    bars = error_bars(p, tv, np.flatnonzero(p.on_front), views)
+    if bars[i] is not None or bars[j] is not None:
+        ax.errorbar(
+            tv[p.on_front, i],
+            tv[p.on_front, j],
+            xerr=bars[i],
+            yerr=bars[j],
+            fmt="none",
+            ecolor="black",
+            elinewidth=0.8,
+            alpha=0.5,
+            zorder=1,
+        )
+    if d == 2:
+        stairs, where = staircase(p, tv[strict][:, [i, j]])
+        ax.step(stairs[:, 0], stairs[:, 1], where=where, color="black", lw=1, ls="--", zorder=2)
+    families, groups_drawn, banded = set(), set(), False
+    for group, (marker, _, _) in OTHER_MARKERS.items():
+        rows = [k for k, r in enumerate(p.others) if p.group_of_other(r) == group]
+        rows = [k for k in rows if np.isfinite(ov[k, [i, j]]).all()]
+        if not rows:
+            continue
+        groups_drawn.add(group)
+        families |= {_family(p.others[k]) for k in rows}
+        col = ["#555555" if by_share else colours[_family(p.others[k])] for k in rows]
+        style = {"facecolors": "none", "edgecolors": col} if marker != "x" else {"c": col}
+        ax.scatter(
+            ov[rows, i], ov[rows, j], marker=marker, s=40, alpha=0.8, linewidths=1.2, **style
+        )
+    for k, which in ((i, "x"), (j, "y")):
+        if views[k].log:
+            log_scale(ax, which)
+    if d == 2:
+        for k, horizontal in ((j, True), (i, False)):
+            at = band_at(ov, band, k)
+            if at is not None:
+                _draw_band(ax, at, horizontal, ov[band[:, k]][:, i if horizontal else j])
+                banded = True
+    ax.set_xlabel(views[i].title + _error_note(p, p.axes[i].label), fontsize=9)
+    ax.set_ylabel(views[j].title + _error_note(p, p.axes[j].label), fontsize=9)
+    ax.grid(alpha=0.3)
+    if by_share:
+        fig.colorbar(sc, ax=ax, label="attention share (softmax layers / all)")
+        ax.set_title("coloured by hybrid share (other trials grey)", fontsize=10)
+    else:
+        ax.set_title("coloured by mixer family", fontsize=10)
+    return families, groups_drawn, banded
+
+
+def _front_legend(
+    p: Pareto, colours: dict[str, str], drawn: set[str], groups_drawn: set[str], banded: bool
+) -> list:
+    """The legend's entries of `front_mpl`: the front, the dominated, the tied, the seed bars,
+    each marker group drawn, the band, and the families drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    d = len(p.axes)
     grey = "#9a9a9a"
     front_text = "on the Pareto front (outlined" + (", dashed staircase)" if d == 2 else ")")
     handles = [
@@ -294,12 +328,7 @@ def front_mpl(p: Pareto):
         for f, c in colours.items()
         if f in drawn
     ]
-    ncol = min(5, len(handles))
-    rows = -(-len(handles) // ncol)
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
-    fig.suptitle(title(p), fontsize=11)
-    fig.tight_layout(rect=(0, (0.1 + 0.19 * rows) / fig.get_figheight(), 1, 1))
-    return fig
+    return handles
 
 
 def error_bars(
