@@ -81,23 +81,23 @@ def cost_cmd(_sub: str | None, cfg: Any) -> int:
         return 0
     con = output.console()
     for rep in reports:
-        print_report(con, rep)
+        _print_report(con, rep)
     if plot_path:
         con.print(f"plot: {plot_path}")
     return 0
 
 
-def print_report(con, rep: dict[str, Any]) -> None:
+def _print_report(con, rep: dict[str, Any]) -> None:
     """One architecture's cost report (`latency.breakdown.cost_report`) as two tables."""
-    con.print(parts_table(rep))
-    con.print(totals_table(rep))
+    con.print(_parts_table(rep))
+    con.print(_totals_table(rep))
 
 
-PART_COLUMNS = ["part", "layers", "prefill GFLOPs", "decode MFLOPs/token", "TTFT ms"]
-PART_COLUMNS += ["decode ms/token"]
+_PART_COLUMNS = ["part", "layers", "prefill GFLOPs", "decode MFLOPs/token", "TTFT ms"]
+_PART_COLUMNS += ["decode ms/token"]
 
 
-def parts_table(rep: dict[str, Any]):
+def _parts_table(rep: dict[str, Any]):
     """Each part of the model: its layers, FLOPs, TTFT and decode time."""
     s = rep["settings"]
     title = (
@@ -109,10 +109,10 @@ def parts_table(rep: dict[str, Any]):
         + [f"{r[k]:.4g}" for k in ("prefill_gflops", "decode_mflops", "ttft_ms", "decode_ms")]
         for r in rep["breakdown"]
     ]
-    return output.table(title, PART_COLUMNS, rows)
+    return output.table(title, _PART_COLUMNS, rows)
 
 
-def totals_table(rep: dict[str, Any]):
+def _totals_table(rep: dict[str, Any]):
     """The model's params, weights, cache, memory, FLOPs and latencies with their error."""
     s, t, err, h = rep["settings"], rep["totals"], rep["latency_error"], output.human
     lines = [
@@ -218,15 +218,15 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
     elapsed = time.perf_counter() - t0
     order = rank(space, res.survivors, device)
     shown = [res.survivors[i] for i in order[: cfg.show]]
-    data = prune_summary(space.name, device, res, shown, elapsed)
+    data = _prune_summary(space.name, device, res, shown, elapsed)
     if cfg.format == "json":
         output.print_json(data)
     else:
-        print_pruned(output.console(), res, shown, data)
+        _print_pruned(output.console(), res, shown, data)
     return 0
 
 
-def prune_summary(space: str, device: str, res, shown: list, elapsed: float) -> dict[str, Any]:
+def _prune_summary(space: str, device: str, res, shown: list, elapsed: float) -> dict[str, Any]:
     """What `prune` found (`latency.prune.prune`'s result), as the JSON it prints: the counts,
     what each constraint pruned, the latency error and margins, and the candidates `shown`."""
     from archsearch.cost.devices import describe_error
@@ -263,7 +263,7 @@ def prune_summary(space: str, device: str, res, shown: list, elapsed: float) -> 
     }
 
 
-def print_pruned(con, res, shown: list, data: dict[str, Any]) -> None:
+def _print_pruned(con, res, shown: list, data: dict[str, Any]) -> None:
     """`prune`'s result as tables: what was rejected and pruned, and the candidates `shown`."""
     how = "sampled" if res.sampled else "enumerated"
     con.print(
@@ -372,12 +372,12 @@ def calibrate_cmd(_sub: str | None, cfg: Any) -> int:
         return 0
     title = f"{name} profile ({cfg.threads} threads, measured on {node['hostname']})"
     con = output.console()
-    con.print(output.table(title, ["", ""], profile_rows(prof, dev, how.name)))
+    con.print(output.table(title, ["", ""], _profile_rows(prof, dev, how.name)))
     con.print(f"written: {path} (use it: device={path if cfg.output else name})")
     return 0
 
 
-def profile_rows(prof: dict[str, Any], dev, budget: str) -> list[list[Any]]:
+def _profile_rows(prof: dict[str, Any], dev, budget: str) -> list[list[Any]]:
     """A calibrated profile in rows: its peaks and bandwidth, the half precision's factors, its
     learned predictor and each held-out check of its error."""
     from archsearch.cost.devices import describe_bands
