@@ -431,6 +431,13 @@ class TrainConfig:
                     f"must divide batch_size {self.batch_size}, got {self.micro_batch_size}",
                     key="micro_batch_size",
                 )
+        self._check_rates()
+        self.lr_schedule  # noqa: B018 - validates warmup, decay, constant
+        self._check_data()
+        self._check_probes()
+
+    def _check_rates(self) -> None:
+        """The optimiser's numbers, the rate's floor and the learning-rate search's grid."""
         for key in ("lr", "beta1", "beta2", "weight_decay", "grad_clip"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
@@ -460,7 +467,9 @@ class TrainConfig:
             raise UserError(
                 f"must lie in (0, 1], got {self.lr_search_share}", key="lr_search_share"
             )
-        self.lr_schedule  # noqa: B018 - validates warmup, decay, constant
+
+    def _check_data(self) -> None:
+        """The tokenizer, the corpus and its split, and when the trial is evaluated."""
         if self.bpe_vocab_size is not None and self.bpe_vocab_size < tokenizer.MIN_BPE_VOCAB:
             raise UserError(
                 f"must be at least {tokenizer.MIN_BPE_VOCAB}, got {self.bpe_vocab_size}",
@@ -480,6 +489,9 @@ class TrainConfig:
                 f"must be a non-empty list of fractions in (0, 1], got {list(self.eval_at)}",
                 key="eval_at",
             )
+
+    def _check_probes(self) -> None:
+        """The probe tasks (where the trial runs them) and their vocabulary."""
         if not self.probe_tasks and self.runs_probes:
             raise UserError("name at least one probe task", key="probe_tasks")
         for task in self.probe_tasks:
