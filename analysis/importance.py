@@ -97,9 +97,6 @@ def importances(
 ) -> list[Importance]:
     """Each factor's importance for `obs`, largest first; [] where the trials cannot separate
     the factors (`support`)."""
-    import optuna
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-
     if not support(d, obs).separable:
         return []
     rows = np.flatnonzero(obs.has_value)
@@ -108,37 +105,13 @@ def importances(
     factors = [f for f in d.factors if len({level_key(f.values[i]) for i in rows}) > 1]
     if not factors:
         return []
-    dists, params = {}, [dict() for _ in rows]
-    for f in factors:
-        shown = [level_key(f.values[i]) for i in rows]
-        if f.slope:  # a number of many values: inactive at its lowest
-            x = [float(f.values[i]) if f.values[i] is not None else None for i in rows]
-            low = min(v for v in x if v is not None)
-            high = max(v for v in x if v is not None)
-            dists[f.name] = FloatDistribution(low, high, log=f.slope == "log2")
-            for p, v in zip(params, x):
-                p[f.name] = low if v is None else v
-            continue
-        dists[f.name] = CategoricalDistribution(sorted(set(shown)))
-        for p, v in zip(params, shown):
-            p[f.name] = v
+    dists, params = _trials_of(factors, rows)
     seeds = [obs.seeds[i] for i in rows]
     std = obs.std[rows]
     rng = np.random.default_rng(seed)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def evaluate(pick: np.ndarray, values: np.ndarray, forest_seed: int) -> dict[str, float]:
-        study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
-        study.add_trials(
-            optuna.trial.create_trial(params=params[i], distributions=dists, value=float(values[k]))
-            for k, i in enumerate(pick)
-        )
-        evaluator = optuna.importance.FanovaImportanceEvaluator(n_trees=TREES, seed=forest_seed)
-        try:
-            got = optuna.importance.get_param_importances(study, evaluator=evaluator)
-        except (RuntimeError, ValueError):  # every drawn value equal, or one level drawn
-            return {}
-        return {name: float(v) for name, v in got.items()}
+        return _fanova([params[i] for i in pick], dists, values, forest_seed)
 
     def response(values: np.ndarray) -> np.ndarray:
         return np.log(values) if obs.ratio else values
@@ -171,6 +144,48 @@ def importances(
             Importance(obs.label, f.name, point.get(f.name, 0.0), float(lo), float(hi), levels)
         )
     return sorted(out, key=lambda i: -i.share)
+
+
+def _trials_of(factors: list, rows: np.ndarray) -> tuple[dict, list[dict]]:
+    """Optuna's view of the trials `rows`: each factor's distribution (a number of many values
+    as a float range, inactive at its lowest; anything else as categories of `level_key`) and
+    each trial's parameters."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    dists, params = {}, [dict() for _ in rows]
+    for f in factors:
+        shown = [level_key(f.values[i]) for i in rows]
+        if f.slope:  # a number of many values: inactive at its lowest
+            x = [float(f.values[i]) if f.values[i] is not None else None for i in rows]
+            low = min(v for v in x if v is not None)
+            high = max(v for v in x if v is not None)
+            dists[f.name] = FloatDistribution(low, high, log=f.slope == "log2")
+            for p, v in zip(params, x):
+                p[f.name] = low if v is None else v
+            continue
+        dists[f.name] = CategoricalDistribution(sorted(set(shown)))
+        for p, v in zip(params, shown):
+            p[f.name] = v
+    return dists, params
+
+
+def _fanova(params: list[dict], dists: dict, values: np.ndarray, seed: int) -> dict[str, float]:
+    """Optuna's fANOVA importances of trials of these `params` and `values` ({} where they
+    cannot be told apart: every value equal, or one level drawn)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    study.add_trials(
+        optuna.trial.create_trial(params=p, distributions=dists, value=float(v))
+        for p, v in zip(params, values)
+    )
+    evaluator = optuna.importance.FanovaImportanceEvaluator(n_trees=TREES, seed=seed)
+    try:
+        got = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    except (RuntimeError, ValueError):  # every drawn value equal, or one level drawn
+        return {}
+    return {name: float(v) for name, v in got.items()}
 
 
 def level_key(v) -> str:
