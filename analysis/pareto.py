@@ -309,26 +309,8 @@ def analyse(
             f"({', '.join(a.label for a in axes)})",
             key="x",
         )
-    if reference:
-        if len(reference) != len(axes):
-            raise UserError(
-                f"give one value per axis ({len(axes)}), got {len(reference)}", key="reference"
-            )
-        ref, source = np.array(reference, dtype=float), "reference="
-    else:
-        stored = dict(zip(data.objectives, data.meta.get("reference") or []))
-        if all(a.label in stored for a in axes):
-            ref, source = np.array([stored[a.label] for a in axes], dtype=float), "study"
-        else:  # a study written before schema 2, or other axes: the worst trained value + 10%
-            ref, source = reference_point(values, axes), "data"
-    seen = {r.attrs.get("arch_hash") for r in trained}
-    others = [
-        r
-        for r in data.records
-        if not r.fully_trained
-        and r.status not in ("duplicate", "replicate", "confirmation")
-        and r.attrs.get("arch_hash") not in seen
-    ]
+    ref, source = _reference(data, axes, values, reference)
+    others = _others(data.records, trained)
     return Pareto(
         study=data,
         device=device,
@@ -348,6 +330,37 @@ def analyse(
         ties=ties,
         corrected=corrected,
     )
+
+
+def _reference(
+    data: StudyData, axes: list[Axis], values: np.ndarray, reference: list[float] | None
+) -> tuple[np.ndarray, str]:
+    """The hypervolume's reference point and where it came from: `reference=` (one value per
+    axis), the study's stored point where it names every axis, else the data's."""
+    if reference:
+        if len(reference) != len(axes):
+            raise UserError(
+                f"give one value per axis ({len(axes)}), got {len(reference)}", key="reference"
+            )
+        return np.array(reference, dtype=float), "reference="
+    stored = dict(zip(data.objectives, data.meta.get("reference") or []))
+    if all(a.label in stored for a in axes):
+        return np.array([stored[a.label] for a in axes], dtype=float), "study"
+    # a study written before schema 2, or other axes: the worst trained value + 10%
+    return reference_point(values, axes), "data"
+
+
+def _others(records: list, trained: list) -> list:
+    """The trials not fully trained that the plots show: not a retraining or a duplicate, and
+    of no architecture a trained trial has."""
+    seen = {r.attrs.get("arch_hash") for r in trained}
+    return [
+        r
+        for r in records
+        if not r.fully_trained
+        and r.status not in ("duplicate", "replicate", "confirmation")
+        and r.attrs.get("arch_hash") not in seen
+    ]
 
 
 # what each kind of trial must store for the analysis to use it (a trained trial's `arch` is
