@@ -217,7 +217,8 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
         res = prune(space, device, limit=cfg.limit, seed=cfg.seed, progress=progress)
     elapsed = time.perf_counter() - t0
     order = rank(space, res.survivors, device)
-    shown = [res.survivors[i] for i in order[: cfg.show]]
+    at = {id(c): i for i, c in enumerate(res.candidates)}  # a survivor's row in `res`'s arrays
+    shown = [(c, at[id(c)]) for c in (res.survivors[i] for i in order[: cfg.show])]
     data = _prune_summary(space.name, device, res, shown, elapsed)
     if cfg.format == "json":
         output.print_json(data)
@@ -228,11 +229,11 @@ def prune_cmd(_sub: str | None, cfg: Any) -> int:
 
 def _prune_summary(space: str, device: str, res, shown: list, elapsed: float) -> dict[str, Any]:
     """What `prune` found (`latency.prune.prune`'s result), as the JSON it prints: the counts,
-    what each constraint pruned, the latency error and margins, and the candidates `shown`."""
+    what each constraint pruned, the latency error and margins, and the candidates `shown`
+    (each with its row in `res`'s arrays)."""
     from archsearch.cost.devices import describe_error
     from archsearch.latency import load_device
 
-    idx = {id(c): i for i, c in enumerate(res.candidates)}
     return {
         "space": space,
         "device": device,
@@ -255,10 +256,10 @@ def _prune_summary(space: str, device: str, res, shown: list, elapsed: float) ->
                 "summary": c.arch.summary(),
                 "params": c.assignment,
                 "latency_error": {
-                    n: None if e is None else float(e[idx[id(c)]]) for n, e in res.errors.items()
+                    n: None if e is None else float(e[i]) for n, e in res.errors.items()
                 },
             }
-            for c in shown
+            for c, i in shown
         ],
     }
 
@@ -280,7 +281,6 @@ def _print_pruned(con, res, shown: list, data: dict[str, Any]) -> None:
     title = "rejected and pruned (a candidate can break several constraints)"
     con.print(output.table(title, ["reason", "count"], rows))
     if shown:
-        idx = {id(c): i for i, c in enumerate(res.candidates)}
         cols = list(res.values)
 
         def cell(n: str, i: int) -> str:
@@ -288,8 +288,7 @@ def _print_pruned(con, res, shown: list, data: dict[str, Any]) -> None:
             return _fmt_metric(n, res.values[n][i], error)
 
         table_rows = [
-            [c.arch.arch_hash, c.arch.summary(), *[cell(n, idx[id(c)]) for n in cols]]
-            for c in shown
+            [c.arch.arch_hash, c.arch.summary(), *[cell(n, i) for n in cols]] for c, i in shown
         ]
         title = f"survivors (first {len(shown)} of {len(res.survivors)})"
         con.print(output.table(title, ["hash", "architecture", *cols], table_rows))
