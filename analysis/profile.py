@@ -86,49 +86,58 @@ def measure(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
             runs = []
             for _ in range(s.repeats + 1):  # the first run warms up
                 idx = torch.randint(0, arch.vocab_size, (B, s.prompt), generator=g)
-                t0 = time.perf_counter()
-                logits, state = run.prefill(idx)
-                tok = logits[:, -1].argmax(-1)
-                t_prefill = time.perf_counter() - t0
-                steps, snaps, last = [], [], 0
-                for n in range(1, n_max + 1):
-                    t = time.perf_counter()
-                    logits, state = run.step(tok, state)
-                    tok = logits.argmax(-1)
-                    steps.append(time.perf_counter() - t)
-                    if n in s.lengths:
-                        snaps.append(
-                            {
-                                "length": n,
-                                "time_s": t_prefill + sum(steps),
-                                "step_ms": 1e3 * statistics.median(steps[last:]),
-                                "state_bytes": model.state_nbytes(state),
-                                "rss_bytes": proc.memory_info().rss,
-                            }
-                        )
-                        last = n
-                runs.append((t_prefill, snaps))
-            runs = runs[1:]
-            points = []
-            for k, n in enumerate(s.lengths):
-                at = [snaps[k] for _, snaps in runs]
-                t = statistics.median(p["time_s"] for p in at)
-                points.append(
-                    {
-                        "length": n,
-                        "time_s": t,
-                        "step_ms": statistics.median(p["step_ms"] for p in at),
-                        "tokens_per_s": B * n / t,
-                        "state_bytes": at[-1]["state_bytes"],
-                        "rss_bytes": max(p["rss_bytes"] for p in at),
-                    }
-                )
-            out["batches"][B] = {
-                "prefill_ms": 1e3 * statistics.median(t for t, _ in runs),
-                "points": points,
-            }
+                runs.append(_generate(model, run, idx, s.lengths, proc))
+            out["batches"][B] = _medians(runs[1:], B, s.lengths)
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return out
+
+
+def _generate(model, run, idx, lengths: tuple[int, ...], proc) -> tuple[float, list[dict]]:
+    """A prefill of `idx`, then greedy decoding one token a step up to the longest of `lengths`:
+    the prefill's seconds, and at each length the time since the prompt started, the median
+    step since the previous length, the bytes of the decode state and of the process."""
+    t0 = time.perf_counter()
+    logits, state = run.prefill(idx)
+    tok = logits[:, -1].argmax(-1)
+    t_prefill = time.perf_counter() - t0
+    steps, snaps, last = [], [], 0
+    for n in range(1, lengths[-1] + 1):
+        t = time.perf_counter()
+        logits, state = run.step(tok, state)
+        tok = logits.argmax(-1)
+        steps.append(time.perf_counter() - t)
+        if n in lengths:
+            snaps.append(
+                {
+                    "length": n,
+                    "time_s": t_prefill + sum(steps),
+                    "step_ms": 1e3 * statistics.median(steps[last:]),
+                    "state_bytes": model.state_nbytes(state),
+                    "rss_bytes": proc.memory_info().rss,
+                }
+            )
+            last = n
+    return t_prefill, snaps
+
+
+def _medians(runs: list[tuple[float, list[dict]]], B: int, lengths: tuple[int, ...]) -> dict:
+    """Batch `B`'s figures over the repeats' `_generate` runs: medians of the times, the last
+    run's state bytes, the most resident memory."""
+    points = []
+    for k, n in enumerate(lengths):
+        at = [snaps[k] for _, snaps in runs]
+        t = statistics.median(p["time_s"] for p in at)
+        points.append(
+            {
+                "length": n,
+                "time_s": t,
+                "step_ms": statistics.median(p["step_ms"] for p in at),
+                "tokens_per_s": B * n / t,
+                "state_bytes": at[-1]["state_bytes"],
+                "rss_bytes": max(p["rss_bytes"] for p in at),
+            }
+        )
+    return {"prefill_ms": 1e3 * statistics.median(t for t, _ in runs), "points": points}
 
 
 def measure_isolated(arch_dict: dict[str, Any], s: Settings) -> dict[str, Any]:
