@@ -433,8 +433,8 @@ def _correct_axis(
     train: dict[str, Any],
     confirmed: dict[int, TrialRecord],
 ) -> str:
-    from archsearch.trainers.extrapolate import fit_shape, predict_loss
-    from archsearch.trainers.transfer import UnseenMixer, fit_transfer
+    from archsearch.trainers.extrapolate import fit_shape
+    from archsearch.trainers.transfer import fit_transfer
 
     pool = candidates(data.records)
     params = {r.number: r.attrs.get("params") for r in data.records}
@@ -443,12 +443,50 @@ def _correct_axis(
     sandbox_runs, confirm_runs = _runs(
         data, curves, train, target, {n: r.number for n, r in confirmed.items()}, params
     )
-    law, why = {}, ""
+    why = ""
     try:
         shape = fit_shape(sandbox_runs + list(confirm_runs.values()))
     except ValueError as err:  # the others keep the prior shape's prediction (`predict_axes`)
         shape, why = None, f"the law's shape could not be fitted on this study: {err}"
-    for r in pool if shape is not None else []:
+    law = _law_losses(pool, curves, train, target, shape, params) if shape is not None else {}
+    traits = _traits(pool)
+    examples = _examples([(n, law[n].value, v) for n, v in measured.items() if n in law], traits)
+    transfer = None
+    if shape is not None:
+        try:
+            transfer = fit_transfer(examples)
+        except ValueError as err:
+            why = str(err)
+    corrected, alone = _store_predicted(pool, label, confirmed, measured, law, transfer, traits)
+    parts = [f"{len(measured)} trials measured by confirmations at {target}"]
+    if shape is None:
+        parts.append(f"the others by the law's prior shape, per trial ({why})")
+    if corrected:
+        parts.append(
+            f"{corrected} predicted by the annealing law (shape fitted on this study) corrected "
+            f"across architectures by {len(examples)} confirmations (`archsearch confirm` "
+            "prints the correction's leave-one-out error)"
+        )
+    if alone:
+        reason = why if transfer is None else "a mixer class no confirmation has, or no traits"
+        parts.append(f"{alone} by the annealing law alone, shape fitted on this study ({reason})")
+    return "; ".join(parts)
+
+
+def _law_losses(
+    pool: list[TrialRecord],
+    curves: dict[int, Any],
+    train: dict[str, Any],
+    target: str,
+    shape: Any,
+    params: dict[int, Any],
+) -> dict[int, Any]:
+    """Trial number -> its loss at `target` by the annealing law of `shape`, from its curve
+    (the trials whose curve the law cannot read are left out)."""
+    from archsearch.trainers.extrapolate import predict_loss
+
+    law = {}
+    for r in pool:
         try:
             law[r.number] = predict_loss(
                 curves.get(r.number) or r.attrs.get("curve") or {},
@@ -459,14 +497,23 @@ def _correct_axis(
             )
         except (ValueError, AttributeError):
             continue
-    traits = _traits(pool)
-    examples = _examples([(n, law[n].value, v) for n, v in measured.items() if n in law], traits)
-    transfer = None
-    if shape is not None:
-        try:
-            transfer = fit_transfer(examples)
-        except ValueError as err:
-            why = str(err)
+    return law
+
+
+def _store_predicted(
+    pool: list[TrialRecord],
+    label: str,
+    confirmed: dict[int, TrialRecord],
+    measured: dict[int, float],
+    law: dict[int, Any],
+    transfer: Any,
+    traits: dict[int, Any],
+) -> tuple[int, int]:
+    """Set each trial's `predicted[label]`: its confirmation's loss where one measured it, else
+    the law's, corrected across architectures by `transfer` where its traits allow; returns
+    how many were corrected and how many kept the law's alone."""
+    from archsearch.trainers.transfer import UnseenMixer
+
     corrected, alone = 0, 0
     for r in pool:
         stored = dict(r.attrs.get("predicted") or {})
@@ -488,19 +535,7 @@ def _correct_axis(
                 alone += 1
             stored[label] = {"value": got.value, "std": got.std, "law": got.law}
         r.attrs["predicted"] = stored
-    parts = [f"{len(measured)} trials measured by confirmations at {target}"]
-    if shape is None:
-        parts.append(f"the others by the law's prior shape, per trial ({why})")
-    if corrected:
-        parts.append(
-            f"{corrected} predicted by the annealing law (shape fitted on this study) corrected "
-            f"across architectures by {len(examples)} confirmations (`archsearch confirm` "
-            "prints the correction's leave-one-out error)"
-        )
-    if alone:
-        reason = why if transfer is None else "a mixer class no confirmation has, or no traits"
-        parts.append(f"{alone} by the annealing law alone, shape fitted on this study ({reason})")
-    return "; ".join(parts)
+    return corrected, alone
 
 
 def _traits(records: list[TrialRecord]) -> dict[int, Any]:
