@@ -101,6 +101,24 @@ def _wait_for_nodes(ray: Any, resource: str, wait_s: float, key: str) -> list[di
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
 
+def _nodes_with_cpus(
+    ray: Any, resource: str, threads: int, wait_s: float, key: str
+) -> list[dict[str, Any]]:
+    """The nodes that advertise `resource` (waited for up to `wait_s` seconds) and have the
+    CPUs for `threads`; a `UserError` naming `key` when none has."""
+    nodes = _wait_for_nodes(ray, resource, wait_s, key)
+    fitting = [n for n in nodes if n["Resources"].get("CPU", 0) >= threads]
+    if not fitting:
+        most = max(n["Resources"].get("CPU", 0) for n in nodes)
+        raise UserError(
+            f"the nodes that advertise the resource {resource!r} have at most {most:g} CPUs; "
+            f"threads={threads} needs {threads} (join the device with more `--num-cpus`, or "
+            "calibrate with fewer threads)",
+            key=key,
+        )
+    return fitting
+
+
 def _one_line(err: BaseException) -> str:
     cause = getattr(err, "cause", None) or err
     lines = [ln.strip() for ln in str(cause).splitlines() if ln.strip()]
@@ -128,16 +146,7 @@ def calibrate_on_node(
     from ray.util.queue import Queue
 
     threads = int(plan.threads)
-    nodes = _wait_for_nodes(ray, resource, wait_s, key)
-    fitting = [n for n in nodes if n["Resources"].get("CPU", 0) >= threads]
-    if not fitting:
-        most = max(n["Resources"].get("CPU", 0) for n in nodes)
-        raise UserError(
-            f"the nodes that advertise the resource {resource!r} have at most {most:g} CPUs; "
-            f"threads={threads} needs {threads} (join the device with more `--num-cpus`, or "
-            "calibrate with fewer threads)",
-            key=key,
-        )
+    fitting = _nodes_with_cpus(ray, resource, threads, wait_s, key)
     amount = min(n["Resources"][resource] for n in fitting)
     queue = Queue(actor_options={"num_cpus": 0})
     task = ray.remote(_calibrate_here).options(
