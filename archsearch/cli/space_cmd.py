@@ -139,6 +139,13 @@ def sample_cmd(space: SearchSpace, n: int, seed: int, fmt: str) -> int:
             }
         )
         return 0
+    _print_sample(space, seed, records, result)
+    return 0
+
+
+def _print_sample(space: SearchSpace, seed: int, records: list[dict], result: Any) -> None:
+    """The drawn candidates, one row each with the varied parameters' values, and what was
+    rejected while drawing."""
     con = output.console()
     varied = [p.name for p in space.params if not isinstance(p.domain, Fixed)]
     short = _short_names(varied)
@@ -172,7 +179,6 @@ def sample_cmd(space: SearchSpace, n: int, seed: int, fmt: str) -> int:
             f"[yellow]only {len(records)} distinct valid candidates found in "
             f"{result.draws} draws[/yellow]"
         )
-    return 0
 
 
 def _bound(c: Any) -> str:
