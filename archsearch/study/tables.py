@@ -129,30 +129,10 @@ def read_records(
 
 
 def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[TrialRecord]]:
-    from sqlalchemy import bindparam, text
+    from sqlalchemy import text
 
-    trials_q = text(
-        "SELECT trial_id, number, state FROM trials WHERE study_id = :study "
-        "AND trial_id > :after ORDER BY trial_id LIMIT :page"
-    )
-    # trial ids in [lo, hi] may belong to other studies of the storage: rows are matched by id
-    values_q = text(
-        "SELECT trial_id, objective, value, value_type FROM trial_values "
-        "WHERE trial_id BETWEEN :lo AND :hi"
-    )
-    user_q = text(
-        "SELECT trial_id, key, value_json FROM trial_user_attributes "
-        "WHERE trial_id BETWEEN :lo AND :hi AND key IN :eager"
-    ).bindparams(bindparam("eager", expanding=True))
+    queries = _queries()
     eager = {"eager": [k for k in EAGER_ATTRS if k not in skip]}
-    system_q = text(
-        "SELECT trial_id, key, value_json FROM trial_system_attributes "
-        "WHERE trial_id BETWEEN :lo AND :hi AND (key = :old OR key LIKE :new)"
-    )
-    params_q = text(
-        "SELECT trial_id, param_name, param_value, distribution_json FROM trial_params "
-        "WHERE trial_id BETWEEN :lo AND :hi ORDER BY param_id"
-    )
     with engine.connect() as conn:
         row = conn.execute(
             text("SELECT study_id FROM studies WHERE study_name = :name"), {"name": study_name}
@@ -162,50 +142,90 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
         study_id, after = row[0], -1
         columns = _Columns(engine, skip)
         while True:
-            trials = _rows(conn, trials_q, {"study": study_id, "after": after, "page": page})
+            trials = _rows(
+                conn, queries["trials"], {"study": study_id, "after": after, "page": page}
+            )
             if not trials:
                 return
-            ids = {t[0]: t for t in trials}
             span = {"lo": trials[0][0], "hi": trials[-1][0]}
             after = trials[-1][0]
-            columns.pages.append((span["lo"], span["hi"], set(ids)))
-            values: dict[int, dict[int, float]] = {}
-            for tid, objective, value, kind in _rows(conn, values_q, span):
-                if tid in ids:
-                    values.setdefault(tid, {})[objective] = _value(value, kind)
-            user: dict[int, dict[str, str]] = {}  # JSON texts, decoded on use (`StoredAttrs`)
-            for tid, key, raw in _rows(conn, user_q, {**span, **eager}):
-                if tid in ids:
-                    user.setdefault(tid, {})[key] = raw
-            damaged: dict[int, str] = {}  # what cannot be decoded, by trial id
-            system: dict[int, dict[str, Any]] = {}
-            for tid, key, raw in _rows(
-                conn, system_q, {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
-            ):
-                if tid in ids:
-                    try:
-                        system.setdefault(tid, {})[key] = json.loads(raw)
-                    except ValueError:
-                        damaged.setdefault(tid, f"its stored {key!r} is not JSON")
-            params: dict[int, dict[str, Any]] = {}
-            for tid, name, value, dist in _rows(conn, params_q, span):
-                if tid in ids:
-                    try:
-                        params.setdefault(tid, {})[name] = _param(value, dist)
-                    except (ValueError, KeyError, TypeError):
-                        damaged.setdefault(tid, f"its parameter {name!r} is damaged")
-            yield [
-                TrialRecord.from_stored(
-                    number,
-                    state,
-                    [v for _, v in sorted(values[tid].items())] if tid in values else None,
-                    StoredAttrs(user.get(tid, {}), columns.reader(tid), number=number),
-                    _constraints(system.get(tid, {})),
-                    params.get(tid, {}),
-                    damaged.get(tid, ""),
-                )
-                for tid, number, state in trials
-            ]
+            columns.pages.append((span["lo"], span["hi"], {t[0] for t in trials}))
+            yield _page(conn, queries, trials, span, eager, columns)
+
+
+def _queries() -> dict[str, Any]:
+    """The paged reader's queries: a page of a study's trials by id, then its trials' values,
+    eager user attributes, constraints and parameters by the page's span of trial ids."""
+    from sqlalchemy import bindparam, text
+
+    return {
+        "trials": text(
+            "SELECT trial_id, number, state FROM trials WHERE study_id = :study "
+            "AND trial_id > :after ORDER BY trial_id LIMIT :page"
+        ),
+        # ids in [lo, hi] may be other studies' trials of the storage: rows are matched by id
+        "values": text(
+            "SELECT trial_id, objective, value, value_type FROM trial_values "
+            "WHERE trial_id BETWEEN :lo AND :hi"
+        ),
+        "user": text(
+            "SELECT trial_id, key, value_json FROM trial_user_attributes "
+            "WHERE trial_id BETWEEN :lo AND :hi AND key IN :eager"
+        ).bindparams(bindparam("eager", expanding=True)),
+        "system": text(
+            "SELECT trial_id, key, value_json FROM trial_system_attributes "
+            "WHERE trial_id BETWEEN :lo AND :hi AND (key = :old OR key LIKE :new)"
+        ),
+        "params": text(
+            "SELECT trial_id, param_name, param_value, distribution_json FROM trial_params "
+            "WHERE trial_id BETWEEN :lo AND :hi ORDER BY param_id"
+        ),
+    }
+
+
+def _page(
+    conn, queries: dict[str, Any], trials: list[tuple], span: dict, eager: dict, columns
+) -> list[TrialRecord]:
+    """The records of one page's `trials` (id, number, state): their values, eager user
+    attributes (JSON texts, decoded on use), constraints and parameters; a trial whose
+    constraints or parameters cannot be decoded is read as damaged, with what."""
+    ids = {t[0] for t in trials}
+    values: dict[int, dict[int, float]] = {}
+    for tid, objective, value, kind in _rows(conn, queries["values"], span):
+        if tid in ids:
+            values.setdefault(tid, {})[objective] = _value(value, kind)
+    user: dict[int, dict[str, str]] = {}  # JSON texts, decoded on use (`StoredAttrs`)
+    for tid, key, raw in _rows(conn, queries["user"], {**span, **eager}):
+        if tid in ids:
+            user.setdefault(tid, {})[key] = raw
+    damaged: dict[int, str] = {}  # what cannot be decoded, by trial id
+    system: dict[int, dict[str, Any]] = {}
+    like = {**span, "old": _CONSTRAINTS, "new": _CONSTRAINTS + ":%"}
+    for tid, key, raw in _rows(conn, queries["system"], like):
+        if tid in ids:
+            try:
+                system.setdefault(tid, {})[key] = json.loads(raw)
+            except ValueError:
+                damaged.setdefault(tid, f"its stored {key!r} is not JSON")
+    params: dict[int, dict[str, Any]] = {}
+    for tid, name, value, dist in _rows(conn, queries["params"], span):
+        if tid in ids:
+            try:
+                params.setdefault(tid, {})[name] = _param(value, dist)
+            except (ValueError, KeyError, TypeError):
+                damaged.setdefault(tid, f"its parameter {name!r} is damaged")
+    return [
+        TrialRecord.from_stored(
+            number,
+            state,
+            [v for _, v in sorted(values[tid].items())] if tid in values else None,
+            StoredAttrs(user.get(tid, {}), columns.reader(tid), number=number),
+            _constraints(system.get(tid, {})),
+            params.get(tid, {}),
+            damaged.get(tid, ""),
+        )
+        for tid, number, state in trials
+    ]
 
 
 class _Columns:
