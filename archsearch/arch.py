@@ -567,27 +567,38 @@ def _check_attention(a: AttentionConfig, d_model: int, max_seq_len: int, bad) ->
         raise bad("non_positive", "attention.rope_theta", f"must be positive, got {a.rope_theta}")
     r = _resolve_attention(a, d_model, max_seq_len)
     if a.kind == "mla":
-        if a.kv_rank is None:
-            raise bad("kv_rank_missing", "attention.kv_rank", "MLA needs a kv_rank")
-        if a.kv_rank >= d_model:
-            raise bad(
-                "kv_rank_not_below_d_model",
-                "attention.kv_rank",
-                f"kv_rank={a.kv_rank} is not below d_model={d_model}",
-            )
-        if a.q_rank is not None and a.q_rank >= d_model:
-            raise bad(
-                "q_rank_not_below_d_model",
-                "attention.q_rank",
-                f"q_rank={a.q_rank} is not below d_model={d_model}",
-            )
-        if r.rope_dim % 2 or r.rope_dim <= 0:
-            raise bad(
-                "bad_rope_dim",
-                "attention.rope_dim",
-                f"the decoupled RoPE dim must be even and positive, got {r.rope_dim}",
-            )
-        return
+        _check_mla(a, r, d_model, bad)
+    else:
+        _check_kv_heads(a, r, bad)
+
+
+def _check_mla(a: AttentionConfig, r: AttentionConfig, d_model: int, bad) -> None:
+    """MLA: its ranks below d_model, its decoupled RoPE dims even and positive (`r`: resolved)."""
+    if a.kv_rank is None:
+        raise bad("kv_rank_missing", "attention.kv_rank", "MLA needs a kv_rank")
+    if a.kv_rank >= d_model:
+        raise bad(
+            "kv_rank_not_below_d_model",
+            "attention.kv_rank",
+            f"kv_rank={a.kv_rank} is not below d_model={d_model}",
+        )
+    if a.q_rank is not None and a.q_rank >= d_model:
+        raise bad(
+            "q_rank_not_below_d_model",
+            "attention.q_rank",
+            f"q_rank={a.q_rank} is not below d_model={d_model}",
+        )
+    if r.rope_dim % 2 or r.rope_dim <= 0:
+        raise bad(
+            "bad_rope_dim",
+            "attention.rope_dim",
+            f"the decoupled RoPE dim must be even and positive, got {r.rope_dim}",
+        )
+
+
+def _check_kv_heads(a: AttentionConfig, r: AttentionConfig, bad) -> None:
+    """MHA, GQA, MQA: the KV heads the kind asks for, dividing the query heads; the rotary
+    dims even and within a head."""
     n_kv = a.n_kv_heads
     if n_kv is not None and n_kv <= 0:
         raise bad("non_positive", "attention.n_kv_heads", f"must be positive, got {n_kv}")
