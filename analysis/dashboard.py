@@ -22,10 +22,13 @@ priced for, never a path (no file is read because a request named it).
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
+import string
 import threading
+from importlib import resources
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -125,87 +128,17 @@ def page_html(study_name: str, study_page: str, devices: list[str], device: str)
         f'<option value="{e(d)}"{" selected" if d == device else ""}>{e(d)}</option>'
         for d in devices
     )
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>archsearch: {e(study_name)}</title>
-<script src="{PAGE}/plotly.min.js"></script>
-<style>
-body {{ font-family: sans-serif; margin: 1.2em 2em; }}
-header {{ margin-bottom: 0.8em; }}
-form input {{ width: 16em; }}
-table {{ border-collapse: collapse; font-size: 0.85em; margin-top: 1em; }}
-th, td {{ border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }}
-#status {{ color: #444; }} #status.error {{ color: #b00; }}
-</style></head><body>
-<header><b>archsearch</b> study <code>{e(study_name)}</code> &middot;
-<a href="{e(study_page)}">optuna-dashboard (trials, attributes, its own
-Pareto view)</a></header>
-<form id="controls">
-device <select id="device" name="device">{options}</select>
-x <input id="x" name="x" placeholder="default: the study's objectives">
-y <input id="y" name="y" placeholder="e.g. val_loss">
-z <input id="z" name="z" placeholder="optional third axis">
-<button type="submit">draw</button>
-<small>axes: metric names with arguments after @, e.g. decode_ms@context:4096,
-cache_bytes@bits:8, active_params, probe_acc@recall</small>
-</form>
-<p id="status">loading...</p>
-<p id="noise"></p>
-<div id="front"></div>
-<table id="table"></table>
-<div id="confirm"></div>
-<h2>What the study learned</h2>
-<p><button id="learn">compute on this device</button> <small>effects and importances of
-every searched parameter with 95% bootstrap intervals (seconds); every figure and plot:
-<code>archsearch insights</code></small></p>
-<div id="insights"></div>
-<script>
-const el = (id) => document.getElementById(id);
-async function draw() {{
-  const q = new URLSearchParams();
-  for (const k of ["device", "x", "y", "z"]) if (el(k).value) q.set(k, el(k).value);
-  el("front").dataset.ready = "";
-  const res = await fetch("{PAGE}/api/front?" + q.toString());
-  const body = await res.json();
-  if (!res.ok) {{
-    el("status").textContent = body.error; el("status").className = "error";
-    el("noise").textContent = "";
-    Plotly.purge("front"); el("table").innerHTML = ""; el("front").dataset.ready = "error";
-    return;
-  }}
-  el("status").textContent = body.info.caption; el("status").className = "";
-  el("noise").textContent = body.info.noise;
-  await Plotly.react("front", body.figure.data, body.figure.layout, {{responsive: true}});
-  const head = "<tr>" + body.info.columns.map((c) => "<th>" + esc(c) + "</th>").join("") + "</tr>";
-  const rows = body.info.rows.map((r) => "<tr>" + r.map((c, i) =>
-    "<td>" + (i === r.length - 1 ? "<code>" + esc(c) + "</code>" : esc(c)) + "</td>").join("")
-    + "</tr>");
-  el("table").innerHTML = head + rows.join("");
-  el("front").dataset.ready = "1";
-  el("front").dataset.frontTrials = body.info.front_trials.join(",");
-  el("confirm").innerHTML = body.info.confirmation.map((c) => "<h3>" + esc(c.title) + "</h3><ul>"
-    + c.facts.map((f) => "<li><b>" + esc(f[0]) + "</b>: " + esc(f[1]) + "</li>").join("")
-    + "</ul><table><tr>" + c.columns.map((h) => "<th>" + esc(h) + "</th>").join("") + "</tr>"
-    + c.rows.map((r) => "<tr>" + r.map((x) => "<td>" + esc(x) + "</td>").join("") + "</tr>")
-      .join("") + "</table>").join("");
-}}
-function esc(s) {{
-  return String(s).replace(/[&<>"]/g, (c) => ({{"&": "&amp;", "<": "&lt;", ">": "&gt;",
-    '"': "&quot;"}})[c]);
-}}
-async function learn() {{
-  el("insights").textContent = "computing...";
-  const res = await fetch("{PAGE}/api/insights?device=" + encodeURIComponent(el("device").value));
-  const body = await res.json();
-  el("insights").innerHTML = res.ok ? body.sections.map((s) => "<h3>" + esc(s[0]) + "</h3><ul>"
-    + s[1].map((line) => "<li>" + esc(line) + "</li>").join("") + "</ul>").join("")
-    : '<p class="error">' + esc(body.error) + "</p>";
-  el("insights").dataset.ready = res.ok ? "1" : "error";
-}}
-el("learn").addEventListener("click", learn);
-el("controls").addEventListener("submit", (ev) => {{ ev.preventDefault(); draw(); }});
-draw();
-</script></body></html>
-"""
+    return _page_template().substitute(
+        study_name=e(study_name), study_page=e(study_page), options=options, page=PAGE
+    )
+
+
+@functools.cache
+def _page_template() -> string.Template:
+    """`dashboard.html` beside this module: the page's markup, style and script, with
+    `$study_name`, `$study_page`, `$options` and `$page` (the page's path) to fill in."""
+    text = resources.files("archsearch.analysis").joinpath("dashboard.html").read_text("utf-8")
+    return string.Template(text)
 
 
 def optuna_study_path(storage, study_name: str) -> str:
