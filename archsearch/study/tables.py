@@ -184,7 +184,12 @@ def _queries() -> dict[str, Any]:
 
 
 def _page(
-    conn, queries: dict[str, Any], trials: list[tuple], span: dict, eager: dict, columns
+    conn,
+    queries: dict[str, Any],
+    trials: list[tuple],
+    span: dict[str, int],
+    eager: dict[str, list[str]],
+    columns: _Columns,
 ) -> list[TrialRecord]:
     """The records of one page's `trials` (id, number, state): their values, eager user
     attributes (JSON texts, decoded on use), constraints and parameters; a trial whose
