@@ -129,14 +129,10 @@ def read_records(
 
 
 def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[TrialRecord]]:
-    from sqlalchemy import text
-
     queries = _queries()
     eager = {"eager": [k for k in EAGER_ATTRS if k not in skip]}
     with engine.connect() as conn:
-        row = conn.execute(
-            text("SELECT study_id FROM studies WHERE study_name = :name"), {"name": study_name}
-        ).first()
+        row = conn.execute(queries["study"], {"name": study_name}).first()
         if row is None:
             return
         study_id, after = row[0], -1
@@ -147,18 +143,17 @@ def _pages(engine, study_name: str, skip: set[str], page: int) -> Iterator[list[
             )
             if not trials:
                 return
-            span = {"lo": trials[0][0], "hi": trials[-1][0]}
             after = trials[-1][0]
-            columns.pages.append((span["lo"], span["hi"], {t[0] for t in trials}))
-            yield _page(conn, queries, trials, span, eager, columns)
+            yield _page(conn, queries, trials, eager, columns)
 
 
 def _queries() -> dict[str, Any]:
-    """The paged reader's queries: a page of a study's trials by id, then its trials' values,
-    eager user attributes, constraints and parameters by the page's span of trial ids."""
+    """The paged reader's queries: the study's id, a page of its trials by id, then the page's
+    values, eager user attributes, constraints and parameters by its span of trial ids."""
     from sqlalchemy import bindparam, text
 
     return {
+        "study": text("SELECT study_id FROM studies WHERE study_name = :name"),
         "trials": text(
             "SELECT trial_id, number, state FROM trials WHERE study_id = :study "
             "AND trial_id > :after ORDER BY trial_id LIMIT :page"
@@ -187,14 +182,16 @@ def _page(
     conn,
     queries: dict[str, Any],
     trials: list[tuple],
-    span: dict[str, int],
     eager: dict[str, list[str]],
     columns: _Columns,
 ) -> list[TrialRecord]:
-    """The records of one page's `trials` (id, number, state): their values, eager user
+    """The records of one page's `trials` (id, number, state, by id): their values, eager user
     attributes (JSON texts, decoded on use), constraints and parameters; a trial whose
-    constraints or parameters cannot be decoded is read as damaged, with what."""
+    constraints or parameters cannot be decoded is read as damaged, with what. The page's span
+    of ids is told to `columns`, whose lazy attribute reads look it up."""
     ids = {t[0] for t in trials}
+    span = {"lo": trials[0][0], "hi": trials[-1][0]}
+    columns.pages.append((span["lo"], span["hi"], ids))
     values: dict[int, dict[int, float]] = {}
     for tid, objective, value, kind in _rows(conn, queries["values"], span):
         if tid in ids:
